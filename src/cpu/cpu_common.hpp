@@ -1,0 +1,78 @@
+// Shared helpers of the CPU backend: dtype dispatch, element access in double
+// precision, and the (optional) OpenMP thread pool.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "core/backend_api.h"
+#include "core/half.hpp"
+
+namespace xvk::cpu {
+
+#ifdef _OPENMP
+inline int max_threads() { return omp_get_max_threads(); }
+inline int thread_id() { return omp_get_thread_num(); }
+#else
+inline int max_threads() { return 1; }
+inline int thread_id() { return 0; }
+#endif
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Calls f with a value of the storage type of dtype (float, half_t, bfloat16_t).
+template <class F>
+void dispatch(int32_t dtype, F &&f) {
+  switch (dtype) {
+    case XVK_DTYPE_F16: f(half_t{}); break;
+    case XVK_DTYPE_BF16: f(bfloat16_t{}); break;
+    default: f(float{}); break;
+  }
+}
+
+template <class T>
+inline const T *row_of(const xvk_rows_view &v, int64_t r) {
+  return static_cast<const T *>(v.data) + r * v.row_stride;
+}
+template <class T>
+inline T *mutable_row_of(const xvk_rows_view &v, int64_t r) {
+  return static_cast<T *>(v.data) + r * v.row_stride;
+}
+
+// Rounds through float, as every backend stores its float32 results.
+template <class T>
+inline T store(double v) {
+  return from_float<T>(static_cast<float>(v));
+}
+
+// A parameter vector (gamma, beta) of `dtype` as doubles; `absent` fills it
+// when p is NULL, `add` is added to each element (1 for zero-centered gamma).
+inline std::vector<double> load_params(const void *p, int32_t dtype, int64_t n, double absent, double add) {
+  std::vector<double> out(size_t(n), absent);
+  if (!p) return out;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *v = static_cast<const T *>(p);
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(to_float(v[i])) + add;
+  });
+  return out;
+}
+
+// Writes a per-column result vector in `dtype`.
+inline void store_params(void *p, int32_t dtype, const std::vector<double> &v) {
+  if (!p) return;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T *out = static_cast<T *>(p);
+    for (size_t i = 0; i < v.size(); ++i) out[i] = store<T>(v[i]);
+  });
+}
+
+}  // namespace xvk::cpu
