@@ -1,0 +1,113 @@
+// Timing and data helpers shared by xvk-bench and xvk-tune: every timed
+// launch runs alone, after the L2 has been flushed, between two device events.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "xvk/xvk.h"
+
+namespace bench {
+
+#define CUDA_OK(call)                                                                            \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                              \
+    }                                                                                            \
+  } while (0)
+#define XVK_OK(call)                                                                                    \
+  do {                                                                                                  \
+    xvk_status_t s_ = (call);                                                                           \
+    if (s_ != XVK_SUCCESS) {                                                                            \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, xvk_last_error_message());      \
+      std::exit(2);                                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+// Our copy kernel: 16-byte loads and stores, four in flight per thread.
+__global__ void __launch_bounds__(256) copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+    dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
+// Deterministic pseudo-random fill (never zeros), in place on the device.
+template <class T>
+__global__ void fill_kernel(T *p, size_t n, uint32_t seed, float mean, float sd) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+    const float u = (h & 0xffffff) / 16777216.0f;  // [0, 1)
+    p[i] = T(mean + sd * 3.4641f * (u - 0.5f));     // uniform with standard deviation sd
+  }
+}
+
+struct Buffer {
+  void *p = nullptr;
+  size_t bytes = 0;
+  explicit Buffer(size_t b) : bytes(b) { CUDA_OK(cudaMalloc(&p, std::max<size_t>(b, 256))); }
+  ~Buffer() { cudaFree(p); }
+  Buffer(const Buffer &) = delete;
+};
+
+inline int g_reps = 50;
+inline cudaStream_t g_stream = nullptr;
+inline Buffer *g_flush = nullptr;  // written before every timed launch: evicts the 50 MB L2
+inline cudaEvent_t g_start, g_stop;
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median time in microseconds of `launch`, each run timed alone after an L2 flush.
+inline double time_us(const std::function<void()> &launch) {
+  launch();  // warm-up
+  CUDA_OK(cudaStreamSynchronize(g_stream));
+  std::vector<double> t;
+  for (int i = 0; i < g_reps; ++i) {
+    CUDA_OK(cudaMemsetAsync(g_flush->p, i & 0xff, g_flush->bytes, g_stream));
+    CUDA_OK(cudaEventRecord(g_start, g_stream));
+    launch();
+    CUDA_OK(cudaEventRecord(g_stop, g_stream));
+    CUDA_OK(cudaEventSynchronize(g_stop));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, g_start, g_stop));
+    t.push_back(ms * 1000.0);
+  }
+  CUDA_OK(cudaGetLastError());
+  return median(t);
+}
+
+// Sets up the stream, events and flush buffer on device 0.
+inline void init() {
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_OK(cudaStreamCreate(&g_stream));
+  CUDA_OK(cudaEventCreate(&g_start));
+  CUDA_OK(cudaEventCreate(&g_stop));
+  g_flush = new Buffer(size_t(prop.l2CacheSize) * 4);
+}
+
+// Fills n elements of dtype id (xvk_dtype_id) with values of the given mean and sd.
+inline void fill(void *p, int dtype, size_t n, uint32_t seed, float mean, float sd) {
+  if (dtype == 0) fill_kernel<float><<<1024, 256, 0, g_stream>>>(static_cast<float *>(p), n, seed, mean, sd);
+  if (dtype == 1) fill_kernel<__half><<<1024, 256, 0, g_stream>>>(static_cast<__half *>(p), n, seed, mean, sd);
+  if (dtype == 2) fill_kernel<__nv_bfloat16><<<1024, 256, 0, g_stream>>>(static_cast<__nv_bfloat16 *>(p), n, seed, mean, sd);
+  CUDA_OK(cudaGetLastError());
+}
+
+}  // namespace bench

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the cuda preset on a GPU machine and runs the chosen stages, writing
+# logs and CSVs to $OUT (or ./gpu-out). Stages, in the order given:
+#   build      configure and build (sm_90 only, unless CUDA_ARCHS is set)
+#   demo       xvk-demo on the best backend
+#   test       the GPU suite (and the CPU suites) through ctest
+#   sanitize   the GPU suite under compute-sanitizer memcheck and racecheck
+#   tune       xvk-tune, writing src/cuda/tuning/sm90.cpp, then rebuild
+#   bench      xvk-bench and bench/torch_bench.py, joined by bench/compare.py
+#   quickbench the same on a few shapes
+# Headers the machine lacks (dlpack, doctest) can be put in .devdeps/include.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+BUILD=build/gpu
+log() { printf '\n=== %s (%ss) ===\n' "$1" "$SECONDS"; }
+for stage in "$@"; do
+  case $stage in
+    build)
+      log build
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+      git rev-parse HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+      extra=()
+      [ -d .devdeps/include ] && extra+=(-DXVK_DLPACK_INCLUDE_DIR=$PWD/.devdeps/include -DXVK_DOCTEST_INCLUDE_DIR=$PWD/.devdeps/include)
+      cmake --preset cuda -B $BUILD -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" "${extra[@]}" >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+      cmake --build $BUILD -j 16 >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
+      echo "built" ;;
+    demo)
+      log demo
+      $BUILD/bin/xvk-demo 2>&1 | tee "$OUT/demo.log" ;;
+    test)
+      log test
+      (cd $BUILD && ctest --output-on-failure -j 4 2>&1) | tee "$OUT/ctest.log" | tail -40 ;;
+    sanitize)
+      log sanitize
+      for tool in memcheck racecheck; do
+        XVK_BACKEND_PATH=$PWD/$BUILD/lib compute-sanitizer --tool $tool --error-exitcode 9 \
+          $BUILD/bin/test_gpu_ops --test-case-exclude='*2^31*' >"$OUT/sanitizer-$tool.log" 2>&1
+        echo "$tool exit $?"; tail -4 "$OUT/sanitizer-$tool.log"
+      done ;;
+    tune)
+      log tune
+      $BUILD/bin/xvk-tune --out src/cuda/tuning/sm90.cpp 2>&1 | tee "$OUT/tune.log" | tail -5
+      cp src/cuda/tuning/sm90.cpp "$OUT/sm90.cpp"
+      cmake --build $BUILD -j 16 >>"$OUT/build.log" 2>&1 || exit 1 ;;
+    bench|quickbench)
+      log $stage
+      q=(); [ $stage = quickbench ] && q=(--quick)
+      XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/xvk-bench "${q[@]}" --csv "$OUT/xvk-bench.csv" >"$OUT/xvk-bench.log" 2>&1 || { tail "$OUT/xvk-bench.log"; exit 1; }
+      head -8 "$OUT/xvk-bench.log"
+      python3 bench/torch_bench.py "${q[@]}" --csv "$OUT/torch-bench.csv" >"$OUT/torch-bench.log" 2>&1 || tail "$OUT/torch-bench.log"
+      head -4 "$OUT/torch-bench.log"
+      python3 bench/compare.py "$OUT/xvk-bench.csv" "$OUT/torch-bench.csv" --out "$OUT/compare.txt" | tail -60 ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+log done

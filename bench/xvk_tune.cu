@@ -1,0 +1,205 @@
+// xvk-tune: produces a tuning table (src/cuda/tuning/<arch>.cpp) for the GPU
+// it runs on. For every operator family, dtype and column count of its grid
+// (rows = 49152, the benchmark's batch), it runs each candidate launch
+// configuration, checks its output against the default rule's, times it
+// (median of L2-flushed launches) and keeps the fastest.
+//
+//   xvk-tune [--reps N] [--out FILE] [--quick]
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "bench_util.cuh"
+#include "cuda/launch.cuh"
+
+using namespace bench;
+using namespace xvk::gpu;
+
+namespace {
+
+// Largest |a - b| over n elements, relative to the largest |b| (device side).
+template <class T>
+__global__ void max_diff_kernel(const T *a, const T *b, size_t n, float *out) {
+  float diff = 0.0f, scale = 0.0f;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = float(a[i]), y = float(b[i]);
+    diff = fmaxf(diff, (x != x) != (y != y) ? __builtin_huge_valf() : fabsf(x - y));
+    scale = fmaxf(scale, fabsf(y));
+  }
+  atomicMax(reinterpret_cast<int *>(out), __float_as_int(diff));  // non-negative floats order like ints
+  atomicMax(reinterpret_cast<int *>(out) + 1, __float_as_int(scale));
+}
+
+float relative_diff(const void *a, const void *b, int dtype, size_t n) {
+  static float *d = nullptr;
+  if (!d) CUDA_OK(cudaMalloc(&d, 2 * sizeof(float)));
+  CUDA_OK(cudaMemsetAsync(d, 0, 2 * sizeof(float), g_stream));
+  if (dtype == 0) max_diff_kernel<<<512, 256, 0, g_stream>>>((const float *)a, (const float *)b, n, d);
+  if (dtype == 1) max_diff_kernel<<<512, 256, 0, g_stream>>>((const __half *)a, (const __half *)b, n, d);
+  if (dtype == 2) max_diff_kernel<<<512, 256, 0, g_stream>>>((const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b, n, d);
+  float h[2];
+  CUDA_OK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  return h[0] / std::max(h[1], 1e-30f);
+}
+
+const char *kOpNames[] = {"softmax forward", "softmax backward", "norm forward", "norm backward"};
+const char *kDtypeNames[] = {"float32", "float16", "bfloat16"};
+
+std::vector<Config> candidates(OpKind op, int64_t cols, int vec, int warp) {
+  std::vector<Config> out;
+  for (int g = 1; g <= 32; g *= 2)
+    for (int rows = 1; rows <= 2; ++rows)
+      for (int threads : {128, 256, 512}) {
+        Config c;
+        c.variant = Variant::kGroup, c.vec = vec, c.group = g, c.rows = rows, c.threads = threads;
+        if (complete_config(c, op, cols, warp)) out.push_back(c);
+      }
+  for (int packs = 1; packs <= kMaxBlockPacks; packs *= 2) {
+    Config c;
+    c.variant = Variant::kBlock, c.vec = vec, c.packs = packs;
+    if (complete_config(c, op, cols, warp)) out.push_back(c);
+  }
+  for (int threads : {256, 512, 1024}) {
+    Config c;
+    c.variant = Variant::kReread, c.vec = vec, c.threads = threads;
+    if (complete_config(c, op, cols, warp)) out.push_back(c);
+  }
+  return out;
+}
+
+std::string describe(const Config &c) {
+  char s[64];
+  if (c.variant == Variant::kGroup)
+    std::snprintf(s, sizeof s, "group G=%d packs=%d rows=%d threads=%d", c.group, c.packs, c.rows, c.threads);
+  else if (c.variant == Variant::kBlock)
+    std::snprintf(s, sizeof s, "block packs=%d threads=%d", c.packs, c.threads);
+  else
+    std::snprintf(s, sizeof s, "reread threads=%d", c.threads);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const char *out_path = nullptr;
+  bool quick = false;
+  g_reps = 15;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else return std::fprintf(stderr, "usage: xvk-tune [--reps N] [--out FILE] [--quick]\n"), 2;
+  }
+  init();
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  Context ctx;
+  ctx.device = 0;
+  ctx.info = &device_info(0);
+  ctx.stream = g_stream;
+  const int warp = ctx.info->warp_size;
+  const int64_t rows = 49152, max_cols = 32768;
+  const std::vector<int64_t> grid = quick ? std::vector<int64_t>{32, 1024, 8192}
+                                          : std::vector<int64_t>{32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 5120, 8192, 16384, 32768};
+  const size_t big = size_t(rows * max_cols) * 4;
+  Buffer x(big), dy(big), out(big), ref(big), gamma(max_cols * 4), beta(max_cols * 4), dgamma(max_cols * 4),
+      dgamma_ref(max_cols * 4), dbeta(max_cols * 4), mean(rows * 4), rstd(rows * 4);
+  std::string table;
+  int entries = 0, rejected = 0;
+  for (int op = 0; op < 4; ++op)
+    for (int dtype = 0; dtype < 3; ++dtype)
+      for (int64_t cols : grid) {
+        const size_t n = size_t(rows * cols), es = dtype == 0 ? 4 : 2;
+        fill(x.p, dtype, n, 11, 0.5f, 2.0f);
+        fill(dy.p, dtype, n, 12, 0.0f, 1.0f);
+        fill(gamma.p, dtype, size_t(cols), 13, 1.0f, 0.1f);
+        fill(beta.p, dtype, size_t(cols), 14, 0.0f, 0.1f);
+        xvk_softmax_forward_args sf{};
+        sf.rows = rows, sf.cols = cols, sf.dtype = dtype, sf.scale = 1.0f, sf.x = {x.p, cols}, sf.y = {out.p, cols};
+        xvk_softmax_backward_args sb{};
+        sb.rows = rows, sb.cols = cols, sb.dtype = dtype, sb.scale = 1.0f, sb.y = {x.p, cols}, sb.dy = {dy.p, cols},
+        sb.dx = {out.p, cols};
+        xvk_norm_forward_args nf{};
+        nf.rows = rows, nf.cols = cols, nf.dtype = dtype, nf.epsilon = 1e-5f, nf.x = {x.p, cols}, nf.y = {out.p, cols};
+        nf.gamma = gamma.p, nf.beta = beta.p, nf.param_dtype = dtype;
+        nf.mean = static_cast<float *>(mean.p), nf.rstd = static_cast<float *>(rstd.p);
+        CUDA_OK(cudaSuccess);
+        if (norm_forward(ctx, nf, nullptr) != XVK_SUCCESS) return std::fprintf(stderr, "norm_forward failed\n"), 1;
+        xvk_norm_backward_args nb{};
+        nb.rows = rows, nb.cols = cols, nb.dtype = dtype, nb.dy = {dy.p, cols}, nb.x = {x.p, cols}, nb.dx = {out.p, cols};
+        nb.gamma = gamma.p, nb.param_dtype = dtype, nb.mean = nf.mean, nb.rstd = nf.rstd;
+        nb.dgamma = dgamma.p, nb.dbeta = dbeta.p, nb.dparam_dtype = dtype;
+        auto run = [&](const Config *c) {
+          switch (OpKind(op)) {
+            case OpKind::kSoftmaxForward: return softmax_forward(ctx, sf, c);
+            case OpKind::kSoftmaxBackward: return softmax_backward(ctx, sb, c);
+            case OpKind::kNormForward: return norm_forward(ctx, nf, c);
+            case OpKind::kNormBackward: return norm_backward(ctx, nb, c);
+          }
+          return XVK_ERROR_INTERNAL;
+        };
+        // Reference: the default rule.
+        const int vec = 16 / int(es);
+        const Config base = default_config(OpKind(op), cols, vec, warp);
+        if (run(&base) != XVK_SUCCESS) return std::fprintf(stderr, "default config failed\n"), 1;
+        CUDA_OK(cudaMemcpyAsync(ref.p, out.p, n * es, cudaMemcpyDeviceToDevice, g_stream));
+        CUDA_OK(cudaMemcpyAsync(dgamma_ref.p, dgamma.p, size_t(cols) * es, cudaMemcpyDeviceToDevice, g_stream));
+        const double tol = dtype == 0 ? 1e-5 : dtype == 1 ? 2e-3 : 1.6e-2;
+        Config best = base;
+        double best_us = 1e30, base_us = 0;
+        for (const Config &c : candidates(OpKind(op), cols, vec, warp)) {
+          CUDA_OK(cudaMemsetAsync(out.p, 0xff, n * es, g_stream));
+          if (run(&c) != XVK_SUCCESS) {
+            cudaGetLastError();
+            continue;
+          }
+          float diff = relative_diff(out.p, ref.p, dtype, n);
+          if (op == int(OpKind::kNormBackward)) diff = std::max(diff, relative_diff(dgamma.p, dgamma_ref.p, dtype, size_t(cols)));
+          if (!(diff <= tol)) {
+            std::printf("REJECTED %s %s cols %lld %s: differs from the default by %g\n", kOpNames[op], kDtypeNames[dtype],
+                        (long long)cols, describe(c).c_str(), diff);
+            ++rejected;
+            continue;
+          }
+          const double us = time_us([&] { run(&c); });
+          if (c.variant == base.variant && c.group == base.group && c.packs == base.packs && c.rows == base.rows &&
+              c.threads == base.threads)
+            base_us = us;
+          if (us < best_us) best_us = us, best = c;
+        }
+        std::printf("%-16s %-8s cols %6lld: best %-40s %9.2f us (default rule %9.2f us)\n", kOpNames[op],
+                    kDtypeNames[dtype], (long long)cols, describe(best).c_str(), best_us, base_us);
+        std::fflush(stdout);
+        char line[256];
+        std::snprintf(line, sizeof line, "    {%d, %d, %lld, %d, %d, %d, %d, %d},  // %s %s: %.2f us\n", op, dtype,
+                      (long long)cols, int(best.variant), best.group, best.rows, best.packs, best.threads, kOpNames[op],
+                      kDtypeNames[dtype], best_us);
+        table += line;
+        ++entries;
+      }
+  const time_t now = time(nullptr);
+  char date[32];
+  strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+  char head[1024];
+  std::snprintf(head, sizeof head,
+                "// %s tuning table. Produced by xvk-tune on an %s (%d SMs) on %s, rows = %lld,\n"
+                "// median of %d L2-flushed launches per candidate; do not edit by hand, run\n"
+                "// bench/xvk-tune again (see src/cuda/tuning/README.md).\n"
+                "// Columns: op (OpKind), dtype (xvk_dtype_id), max_cols, variant (Variant), group, rows, packs, threads.\n"
+                "#include \"cuda/tuning/tuning.hpp\"\n\nnamespace xvk::gpu {\nnamespace {\n\nconst TuningEntry kEntries[] = {\n",
+                ctx.info->arch, prop.name, prop.multiProcessorCount, date, (long long)rows, g_reps);
+  std::string file = std::string(head) + table + "};\n\n}  // namespace\n\nextern const TuningTable kTuningSm90;\n" +
+                     "const TuningTable kTuningSm90 = {\"" + ctx.info->arch + ": tuned on " + prop.name + ", " + date +
+                     "\", kEntries, " + std::to_string(entries) + "};\n\n}  // namespace xvk::gpu\n";
+  if (out_path) {
+    FILE *f = std::fopen(out_path, "w");
+    std::fputs(file.c_str(), f);
+    std::fclose(f);
+    std::printf("wrote %s (%d entries, %d candidates rejected)\n", out_path, entries, rejected);
+  } else {
+    std::fputs(file.c_str(), stdout);
+  }
+  return rejected == 0 ? 0 : 3;
+}

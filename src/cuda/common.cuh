@@ -1,0 +1,236 @@
+// Building blocks shared by the row-wise kernels (softmax, layer_norm,
+// rms_norm): vector packs, reductions over a group of lanes or a whole block,
+// and the way a row's columns are spread over the threads that own it.
+#pragma once
+
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "core/backend_api.h"
+#include "cuda/portability.cuh"
+
+namespace xvk::gpu {
+
+template <int N>
+using IntConst = std::integral_constant<int, N>;
+
+// Bytes per vector access: 16 (LDG.128 / global_load_dwordx4).
+inline constexpr int kVectorBytes = 16;
+template <class T>
+inline constexpr int kMaxVec = kVectorBytes / int(sizeof(T));
+
+// VEC elements of T moved as one aligned access.
+template <class T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+template <class T, int VEC>
+__device__ __forceinline__ void load_pack(const T *p, float (&out)[VEC]) {
+  const Pack<T, VEC> pack = *reinterpret_cast<const Pack<T, VEC> *>(p);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out[i] = to_float(pack.v[i]);
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ void store_pack(T *p, const float (&in)[VEC]) {
+  Pack<T, VEC> pack;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) pack.v[i] = from_float<T>(in[i]);
+  *reinterpret_cast<Pack<T, VEC> *>(p) = pack;
+}
+
+// Maximum that propagates NaN (fmaxf would drop it and hide a NaN row).
+__device__ __forceinline__ float max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
+
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+  static constexpr float kIdentity = 0.0f;
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return max_nan(a, b); }
+  static constexpr float kIdentity = -__builtin_huge_valf();
+};
+
+// All-reduce over the G lanes of a group (G a power of two <= kWarpSize):
+// every lane gets the result, combined in the same order every time.
+template <int G, class Op>
+__device__ __forceinline__ float group_all_reduce(float v, Op op) {
+#pragma unroll
+  for (int offset = G / 2; offset > 0; offset /= 2) v = op(v, shfl_xor(v, offset, G));
+  return v;
+}
+
+// Largest number of warps a block of up to 1024 threads can hold.
+inline constexpr int kMaxWarpsPerBlock = 1024 / kMinWarpSize;
+
+// All-reduce over the whole block (blockDim.x a multiple of the warp width).
+// `scratch` holds kMaxWarpsPerBlock floats of shared memory; N values are
+// reduced at once to share the barriers. Every warp re-reduces the per-warp
+// partials itself, so no broadcast barrier is needed, and the trailing
+// barrier lets the caller reuse scratch at once.
+template <int N, class Op>
+__device__ __forceinline__ void block_all_reduce(float (&v)[N], Op op, float (*scratch)[kMaxWarpsPerBlock]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = group_all_reduce<kWarpSize>(v[i], op);
+  const int warps = int(blockDim.x) / kWarpSize;
+  if (lane_id() == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) scratch[i][warp_id()] = v[i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float partial = lane_id() < warps ? scratch[i][lane_id()] : Op::kIdentity;
+    v[i] = group_all_reduce<kWarpSize>(partial, op);
+  }
+  __syncthreads();
+}
+
+// Reduction over the threads that own a row: a group of G lanes, or the whole
+// block when G == 0.
+template <int G>
+struct RowReducer {
+  template <int N, class Op>
+  __device__ __forceinline__ static void all_reduce(float (&v)[N], Op op, float (*)[kMaxWarpsPerBlock]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = group_all_reduce<G>(v[i], op);
+  }
+};
+template <>
+struct RowReducer<0> {
+  template <int N, class Op>
+  __device__ __forceinline__ static void all_reduce(float (&v)[N], Op op, float (*scratch)[kMaxWarpsPerBlock]) {
+    block_all_reduce(v, op, scratch);
+  }
+};
+
+// How the register variants spread rows over threads. A row is owned by a
+// group of G lanes (or the whole block when G == 0); each owner holds ROWS
+// rows at once; lane `lane` of the owner holds vectors p * width + lane,
+// p < PACKS, so that neighbouring lanes touch neighbouring memory.
+// Loops run over warp_row, which is the same for all lanes of a warp, and
+// each group adds its own offset: a group past the last row keeps taking
+// part in the warp's shuffles with masked data instead of leaving the loop.
+template <int G, int ROWS>
+struct RowMapping {
+  int lane, width;
+  int64_t first_warp_row, offset, row_step;
+  __device__ __forceinline__ RowMapping() {
+    if constexpr (G == 0) {
+      lane = int(threadIdx.x);
+      width = int(blockDim.x);
+      first_warp_row = int64_t(blockIdx.x) * ROWS;
+      offset = 0;
+      row_step = int64_t(gridDim.x) * ROWS;
+    } else {
+      lane = int(threadIdx.x) % G;
+      width = G;
+      const int groups_per_block = int(blockDim.x) / G;
+      const int group = int(threadIdx.x) / G;
+      const int group_in_warp = (int(threadIdx.x) % kWarpSize) / G;
+      offset = int64_t(group_in_warp) * ROWS;
+      first_warp_row = (int64_t(blockIdx.x) * groups_per_block + group) * ROWS - offset;
+      row_step = int64_t(gridDim.x) * groups_per_block * ROWS;
+    }
+  }
+  // First column of vector p of this lane.
+  __device__ __forceinline__ int col(int p, int vec) const { return (p * width + lane) * vec; }
+};
+
+}  // namespace xvk::gpu
+
+namespace xvk::gpu {
+
+// Loads VEC elements from p as floats in accesses of at most kVectorBytes
+// (so p needs alignment of min(16, VEC * sizeof(T)) bytes).
+template <class T, int VEC>
+__device__ __forceinline__ void load_vec(const T *p, float (&out)[VEC]) {
+  constexpr int kChunk = VEC < kMaxVec<T> ? VEC : kMaxVec<T>;
+#pragma unroll
+  for (int c = 0; c < VEC; c += kChunk) {
+    const Pack<T, kChunk> pack = *reinterpret_cast<const Pack<T, kChunk> *>(p + c);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) out[c + i] = to_float(pack.v[i]);
+  }
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ void store_vec(T *p, const float (&in)[VEC]) {
+  constexpr int kChunk = VEC < kMaxVec<T> ? VEC : kMaxVec<T>;
+#pragma unroll
+  for (int c = 0; c < VEC; c += kChunk) {
+    Pack<T, kChunk> pack;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) pack.v[i] = from_float<T>(in[c + i]);
+    *reinterpret_cast<Pack<T, kChunk> *>(p + c) = pack;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Compile-time shapes behind the run-time Config (see tuning/tuning.hpp).
+// ---------------------------------------------------------------------------
+
+// Calls f(IntConst<G>, IntConst<PACKS>, IntConst<ROWS>) for an instantiated
+// group shape; returns false if (group, packs, rows) is not one.
+template <class F>
+bool with_group_shape(int group, int packs, int rows, F &&f) {
+  if (packs == 1) {
+    switch (group * 4 + rows) {
+      case 1 * 4 + 1: f(IntConst<1>{}, IntConst<1>{}, IntConst<1>{}); return true;
+      case 1 * 4 + 2: f(IntConst<1>{}, IntConst<1>{}, IntConst<2>{}); return true;
+      case 2 * 4 + 1: f(IntConst<2>{}, IntConst<1>{}, IntConst<1>{}); return true;
+      case 2 * 4 + 2: f(IntConst<2>{}, IntConst<1>{}, IntConst<2>{}); return true;
+      case 4 * 4 + 1: f(IntConst<4>{}, IntConst<1>{}, IntConst<1>{}); return true;
+      case 4 * 4 + 2: f(IntConst<4>{}, IntConst<1>{}, IntConst<2>{}); return true;
+      case 8 * 4 + 1: f(IntConst<8>{}, IntConst<1>{}, IntConst<1>{}); return true;
+      case 8 * 4 + 2: f(IntConst<8>{}, IntConst<1>{}, IntConst<2>{}); return true;
+      case 16 * 4 + 1: f(IntConst<16>{}, IntConst<1>{}, IntConst<1>{}); return true;
+      case 16 * 4 + 2: f(IntConst<16>{}, IntConst<1>{}, IntConst<2>{}); return true;
+      case 32 * 4 + 1: f(IntConst<32>{}, IntConst<1>{}, IntConst<1>{}); return true;
+      case 32 * 4 + 2: f(IntConst<32>{}, IntConst<1>{}, IntConst<2>{}); return true;
+    }
+    return false;
+  }
+  if (group != 32 || rows != 1) return false;
+  switch (packs) {
+    case 2: f(IntConst<32>{}, IntConst<2>{}, IntConst<1>{}); return true;
+    case 4: f(IntConst<32>{}, IntConst<4>{}, IntConst<1>{}); return true;
+    case 8: f(IntConst<32>{}, IntConst<8>{}, IntConst<1>{}); return true;
+  }
+  return false;
+}
+
+// Calls f(IntConst<PACKS>) for an instantiated block shape.
+template <class F>
+bool with_block_packs(int packs, F &&f) {
+  switch (packs) {
+    case 1: f(IntConst<1>{}); return true;
+    case 2: f(IntConst<2>{}); return true;
+    case 4: f(IntConst<4>{}); return true;
+    case 8: f(IntConst<8>{}); return true;
+  }
+  return false;
+}
+
+// Calls f(T{}) with the storage type of an xvk_dtype_id.
+template <class F>
+void with_dtype(int dtype, F &&f) {
+  switch (dtype) {
+    case XVK_DTYPE_F16: f(half{}); break;
+    case XVK_DTYPE_BF16: f(bfloat16{}); break;
+    default: f(float{}); break;
+  }
+}
+
+// Calls f(IntConst<VEC>) for the widest vector (vec > 1) or the scalar path.
+template <class T, class F>
+void with_vec(int vec, F &&f) {
+  if (vec > 1)
+    f(IntConst<kMaxVec<T>>{});
+  else
+    f(IntConst<1>{});
+}
+
+}  // namespace xvk::gpu

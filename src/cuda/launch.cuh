@@ -1,0 +1,96 @@
+// Per-device facts (read once), the per-context state of the GPU backend,
+// and the helpers every operator uses to pick and launch a kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+
+#include "core/backend_api.h"
+#include "cuda/portability.cuh"
+#include "cuda/tuning/tuning.hpp"
+
+namespace xvk::gpu {
+
+// What the kernels' launch decisions depend on, read once per device.
+struct DeviceInfo {
+  int sm_count = 0;
+  int warp_size = 32;
+  int max_threads_per_sm = 2048;
+  char arch[16] = "";  // "sm_90", "gfx90a"
+  const TuningTable *table = nullptr;
+};
+
+// Reads (once, thread-safely) and returns the facts of device `id`.
+const DeviceInfo &device_info(int id);
+
+struct Context {
+  int device = 0;
+  stream_t stream = nullptr;
+  const DeviceInfo *info = nullptr;
+  void *scratch = nullptr;  // grows, never shrinks: no allocation once warmed up
+  size_t scratch_bytes = 0;
+  // (kernel, threads) -> blocks per SM, queried once per shape.
+  struct KernelShape {
+    const void *kernel;
+    int threads;
+    bool operator==(const KernelShape &o) const { return kernel == o.kernel && threads == o.threads; }
+  };
+  struct KernelShapeHash {
+    size_t operator()(const KernelShape &k) const {
+      return std::hash<const void *>()(k.kernel) * 31u + std::hash<int>()(k.threads);
+    }
+  };
+  std::unordered_map<KernelShape, int, KernelShapeHash> resident_blocks;
+
+  // Scratch of at least `bytes` on the device, reused across calls.
+  error_t workspace(size_t bytes, void **out);
+  // Blocks per SM for a kernel at its launch shape (queried once per kernel).
+  template <class Kernel>
+  int blocks_per_sm(Kernel kernel, int threads, size_t smem) {
+    const KernelShape key{reinterpret_cast<const void *>(kernel), threads};
+    auto it = resident_blocks.find(key);
+    if (it != resident_blocks.end()) return it->second;
+    int blocks = 0;
+    if (occupancy_blocks_per_sm(&blocks, kernel, threads, smem) != kSuccess || blocks < 1) blocks = 1;
+    resident_blocks.emplace(key, blocks);
+    return blocks;
+  }
+};
+
+// Reports a runtime failure through the host and returns XVK_ERROR_DEVICE.
+xvk_status_t device_error(const char *what, error_t e);
+
+// Checks the launch that just happened.
+xvk_status_t check_launch(const char *kernel_name);
+
+// Widest vector (elements) that every pointer and row stride of a call
+// allows: `vec` if each address is a multiple of vec * elem_size bytes (and
+// cols a multiple of vec), else 1.
+inline bool aligned_to(const void *p, int64_t bytes) { return reinterpret_cast<uintptr_t>(p) % uint64_t(bytes) == 0; }
+inline bool rows_aligned(const xvk_rows_view &v, int64_t bytes, int64_t elem_size) {
+  return !v.data || (aligned_to(v.data, bytes) && (v.row_stride * elem_size) % bytes == 0);
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Grid for a persistent grid-stride kernel: enough blocks to cover the work,
+// at most as many as fit on the device at once.
+inline int grid_blocks(const Context &ctx, int64_t work_blocks, int resident_per_sm) {
+  const int64_t resident = int64_t(ctx.info->sm_count) * resident_per_sm;
+  return int(work_blocks < resident ? (work_blocks < 1 ? 1 : work_blocks) : resident);
+}
+
+// Operators (softmax.cu, norms.cu). `forced` (from the tuner) overrides the
+// tuning table; NULL in normal calls.
+xvk_status_t softmax_forward(Context &ctx, const xvk_softmax_forward_args &a, const Config *forced);
+xvk_status_t softmax_backward(Context &ctx, const xvk_softmax_backward_args &a, const Config *forced);
+xvk_status_t norm_forward(Context &ctx, const xvk_norm_forward_args &a, const Config *forced);
+xvk_status_t norm_backward(Context &ctx, const xvk_norm_backward_args &a, const Config *forced);
+
+// Which vector width a call can use, for the tuner and the tests.
+int softmax_forward_vec(const xvk_softmax_forward_args &a);
+int norm_forward_vec(const xvk_norm_forward_args &a);
+
+}  // namespace xvk::gpu

@@ -1,0 +1,205 @@
+// The GPU backend module (libxvk_cuda.so; libxvk_hip.so from the same file):
+// its entry point, device discovery, contexts, memory, and the table of
+// operations that libxvk's loader receives.
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "cuda/launch.cuh"
+
+namespace xvk::gpu {
+namespace {
+
+const xvk_host_api *g_host = nullptr;
+
+void report(const char *message) {
+  if (g_host) g_host->set_error(message);
+}
+
+// Runs an operation, mapping any C++ exception to a status: nothing throws
+// across the module boundary.
+template <class Body>
+xvk_status_t guarded(Body &&body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    report("out of host memory");
+    return XVK_ERROR_OUT_OF_MEMORY;
+  } catch (...) {
+    report("unexpected exception in the GPU backend");
+    return XVK_ERROR_INTERNAL;
+  }
+}
+
+constexpr int kMaxDevices = 64;
+DeviceInfo g_devices[kMaxDevices];
+std::once_flag g_device_once[kMaxDevices];
+
+// Makes ctx's device current on this thread (contexts may move between threads).
+xvk_status_t use_device(const Context &ctx) {
+  int current = -1;
+  if (get_device(&current) == kSuccess && current == ctx.device) return XVK_SUCCESS;
+  const error_t e = set_device(ctx.device);
+  return e == kSuccess ? XVK_SUCCESS : device_error("setting the device", e);
+}
+
+int device_count(char *reason, size_t reason_size) {
+  int n = 0;
+  const error_t e = get_device_count(&n);
+  if (e != kSuccess) {
+    std::snprintf(reason, reason_size, "no %s device: %sGetDeviceCount returned %d (%s)", kRuntimeName,
+                  kBackendName, int(e), error_string(e));
+    get_last_error();  // clear the sticky error
+    return 0;
+  }
+  if (n == 0) std::snprintf(reason, reason_size, "no %s device: the runtime reports 0 devices", kRuntimeName);
+  return n > kMaxDevices ? kMaxDevices : n;
+}
+
+xvk_status_t context_create(int device_id, void **impl) {
+  return guarded([&] {
+    const DeviceInfo &info = device_info(device_id);
+    if (info.sm_count == 0) {
+      report("could not read the device's properties");
+      return XVK_ERROR_DEVICE;
+    }
+    auto *ctx = new Context;
+    ctx->device = device_id;
+    ctx->info = &info;
+    *impl = ctx;
+    return XVK_SUCCESS;
+  });
+}
+
+xvk_status_t context_synchronize(void *impl) {
+  auto &ctx = *static_cast<Context *>(impl);
+  xvk_status_t s = use_device(ctx);
+  if (s != XVK_SUCCESS) return s;
+  const error_t e = stream_synchronize(ctx.stream);
+  return e == kSuccess ? XVK_SUCCESS : device_error("synchronizing the stream", e);
+}
+
+xvk_status_t context_destroy(void *impl) {
+  auto *ctx = static_cast<Context *>(impl);
+  xvk_status_t status = context_synchronize(impl);
+  if (ctx->scratch) free_device(ctx->scratch);
+  delete ctx;
+  return status;
+}
+
+xvk_status_t context_set_stream(void *impl, void *stream) {
+  static_cast<Context *>(impl)->stream = static_cast<stream_t>(stream);
+  return XVK_SUCCESS;
+}
+
+xvk_status_t memory_alloc(void *impl, size_t bytes, void **out) {
+  auto &ctx = *static_cast<Context *>(impl);
+  xvk_status_t s = use_device(ctx);
+  if (s != XVK_SUCCESS) return s;
+  const error_t e = malloc_device(out, bytes);
+  return e == kSuccess ? XVK_SUCCESS : device_error("allocating device memory", e);
+}
+
+xvk_status_t memory_free(void *impl, void *ptr) {
+  auto &ctx = *static_cast<Context *>(impl);
+  xvk_status_t s = use_device(ctx);
+  if (s != XVK_SUCCESS) return s;
+  const error_t e = free_device(ptr);
+  return e == kSuccess ? XVK_SUCCESS : device_error("freeing device memory", e);
+}
+
+xvk_status_t memory_copy(void *impl, void *dst, const void *src, size_t bytes) {
+  auto &ctx = *static_cast<Context *>(impl);
+  xvk_status_t s = use_device(ctx);
+  if (s != XVK_SUCCESS) return s;
+  const error_t e = memcpy_async(dst, src, bytes, ctx.stream);
+  return e == kSuccess ? XVK_SUCCESS : device_error("copying memory", e);
+}
+
+template <class Args, xvk_status_t (*Op)(Context &, const Args &, const Config *)>
+xvk_status_t run_op(void *impl, const Args *args) {
+  return guarded([&] {
+    auto &ctx = *static_cast<Context *>(impl);
+    xvk_status_t s = use_device(ctx);
+    return s == XVK_SUCCESS ? Op(ctx, *args, nullptr) : s;
+  });
+}
+
+const xvk_backend_ops g_ops = {
+    XVK_BACKEND_INTERFACE_VERSION,
+    kBackendName,
+    &device_count,
+    &context_create,
+    &context_destroy,
+    &context_set_stream,
+    &context_synchronize,
+    &memory_alloc,
+    &memory_free,
+    &memory_copy,
+    &run_op<xvk_softmax_forward_args, softmax_forward>,
+    &run_op<xvk_softmax_backward_args, softmax_backward>,
+    &run_op<xvk_norm_forward_args, norm_forward>,
+    &run_op<xvk_norm_backward_args, norm_backward>,
+};
+
+}  // namespace
+
+const DeviceInfo &device_info(int id) {
+  static DeviceInfo invalid;
+  if (id < 0 || id >= kMaxDevices) return invalid;
+  std::call_once(g_device_once[id], [id] {
+    device_prop_t prop;
+    if (get_device_properties(&prop, id) != kSuccess) {
+      get_last_error();
+      return;
+    }
+    DeviceInfo &info = g_devices[id];
+    info.sm_count = prop.multiProcessorCount;
+    info.warp_size = prop.warpSize;
+    info.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+#if XVK_GPU_HIP
+    std::snprintf(info.arch, sizeof info.arch, "%.*s", int(std::strcspn(prop.gcnArchName, ":")), prop.gcnArchName);
+#else
+    std::snprintf(info.arch, sizeof info.arch, "sm_%d%d", prop.major, prop.minor);
+#endif
+    info.table = &tuning_table_for(info.arch);
+  });
+  return g_devices[id];
+}
+
+error_t Context::workspace(size_t bytes, void **out) {
+  if (bytes > scratch_bytes) {
+    if (scratch) free_device(scratch);  // waits for the work that used it
+    scratch = nullptr;
+    scratch_bytes = 0;
+    const error_t e = malloc_device(&scratch, bytes);
+    if (e != kSuccess) return e;
+    scratch_bytes = bytes;
+  }
+  *out = scratch;
+  return kSuccess;
+}
+
+xvk_status_t device_error(const char *what, error_t e) {
+  char message[256];
+  std::snprintf(message, sizeof message, "%s failed: %s error %d (%s)", what, kRuntimeName, int(e), error_string(e));
+  report(message);
+  return e == error_t(2) /* cudaErrorMemoryAllocation == hipErrorOutOfMemory == 2 */ ? XVK_ERROR_OUT_OF_MEMORY
+                                                                                   : XVK_ERROR_DEVICE;
+}
+
+xvk_status_t check_launch(const char *kernel_name) {
+  const error_t e = get_last_error();
+  return e == kSuccess ? XVK_SUCCESS : device_error(kernel_name, e);
+}
+
+}  // namespace xvk::gpu
+
+// The module's only export: the loader calls it once.
+extern "C" __attribute__((visibility("default"))) const xvk_backend_ops *xvk_backend_entry(
+    uint32_t interface_version, const xvk_host_api *host) {
+  if (interface_version != XVK_BACKEND_INTERFACE_VERSION || !host) return nullptr;
+  xvk::gpu::g_host = host;
+  return &xvk::gpu::g_ops;
+}

@@ -1,0 +1,573 @@
+// layer_norm and rms_norm, forward and backward (args.rms tells them apart).
+//
+// Variants, as for softmax (see softmax.cu):
+//  - registers: a group of G lanes (or the whole block) holds the row; the
+//    mean and variance are two exact passes over registers (one memory read);
+//  - reread: a block streams the row twice; the first pass merges
+//    per-thread Welford statistics (Chan's parallel formula).
+// dgamma/dbeta are reduced without float atomics: each warp (register
+// variants) or row chunk (reread) writes its partial sums, and a finalize
+// kernel adds them in a fixed order, so results are bitwise reproducible.
+#include <algorithm>
+
+#include "cuda/common.cuh"
+#include "cuda/launch.cuh"
+
+namespace xvk::gpu {
+namespace {
+
+// gamma/beta: x's dtype or float32, told at run time (a uniform branch).
+template <class T, int VEC>
+__device__ __forceinline__ void load_param(const void *p, bool f32, int64_t col, float (&out)[VEC]) {
+  if (f32)
+    load_vec<float, VEC>(static_cast<const float *>(p) + col, out);
+  else
+    load_vec<T, VEC>(static_cast<const T *>(p) + col, out);
+}
+
+// The scale and shift of one lane's columns: gamma (1 + gamma when zero
+// centered, 1 when absent) and beta (0 when absent).
+template <class T, int VEC>
+__device__ __forceinline__ void load_affine(const void *gamma, const void *beta, bool f32, bool zero_centered,
+                                            int64_t col, float (&g)[VEC], float (&b)[VEC]) {
+  if (gamma) {
+    load_param<T, VEC>(gamma, f32, col, g);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) g[i] += zero_centered ? 1.0f : 0.0f;
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) g[i] = 1.0f;
+  }
+  if (beta) {
+    load_param<T, VEC>(beta, f32, col, b);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) b[i] = 0.0f;
+  }
+}
+
+// h = x (+ residual, rounded to T as residual_out holds it), also written to
+// residual_out when asked.
+template <class T, int VEC>
+__device__ __forceinline__ void load_input(const xvk_norm_forward_args &a, int64_t row, int64_t col, float (&h)[VEC]) {
+  load_vec<T, VEC>(static_cast<const T *>(a.x.data) + row * a.x.row_stride + col, h);
+  if (!a.residual.data) return;
+  float r[VEC];
+  load_vec<T, VEC>(static_cast<const T *>(a.residual.data) + row * a.residual.row_stride + col, r);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) h[i] = to_float(from_float<T>(h[i] + r[i]));
+  if (a.residual_out.data)
+    store_vec<T, VEC>(static_cast<T *>(a.residual_out.data) + row * a.residual_out.row_stride + col, h);
+}
+
+// The row's first input: statistics are computed around it. x - shift is
+// exact for values within a factor of two (Sterbenz), so data with a large
+// offset (mean 1e4, std 1e-2) keeps its variance in float32 arithmetic.
+template <class T>
+__device__ __forceinline__ float row_shift(const xvk_norm_forward_args &a, int64_t row) {
+  if (a.rms) return 0.0f;
+  const float x0 = to_float(static_cast<const T *>(a.x.data)[row * a.x.row_stride]);
+  if (!a.residual.data) return x0;
+  return to_float(from_float<T>(x0 + to_float(static_cast<const T *>(a.residual.data)[row * a.residual.row_stride])));
+}
+
+// Registers cache gamma/beta across rows while a lane's share is small.
+template <int PACKS, int VEC>
+inline constexpr bool kCacheAffine = PACKS * VEC <= 8;
+
+template <class T, int VEC, int PACKS, int G, int ROWS>
+__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) norm_forward_registers(const xvk_norm_forward_args a) {
+  __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
+  constexpr bool kCache = kCacheAffine<PACKS, VEC>;
+  const RowMapping<G, ROWS> map;
+  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  float g[kCache ? PACKS : 1][VEC], b[kCache ? PACKS : 1][VEC];
+  if constexpr (kCache) {
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p)
+      if (map.col(p, VEC) < a.cols) load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], b[p]);
+  }
+  const float inv_cols = 1.0f / float(a.cols);
+  for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
+    // h holds x (+ residual) - shift; mean and var are those of h.
+    float h[ROWS][PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int64_t row = base + map.offset + r;
+      shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+      mean[r] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = map.col(p, VEC);
+        if (row < a.rows && col < a.cols) {
+          load_input<T, VEC>(a, row, col, h[r][p]);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) h[r][p][i] -= shift[r];
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) h[r][p][i] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) mean[r] += h[r][p][i];
+      }
+    }
+    if (a.rms) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) mean[r] = 0.0f;
+    } else {
+      RowReducer<G>::all_reduce(mean, SumOp{}, scratch);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) mean[r] *= inv_cols;
+    }
+    // Second pass over registers: the exact variance around the mean.
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      var[r] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float d = map.col(p, VEC) < a.cols ? h[r][p][i] - mean[r] : 0.0f;
+          var[r] += d * d;
+        }
+    }
+    RowReducer<G>::all_reduce(var, SumOp{}, scratch);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int64_t row = base + map.offset + r;
+      if (row >= a.rows) continue;
+      const float rstd = rsqrtf(var[r] * inv_cols + a.epsilon);
+      T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = map.col(p, VEC);
+        if (col >= a.cols) continue;
+        float gp[VEC], bp[VEC], out[VEC];
+        if constexpr (kCache) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) gp[i] = g[p][i], bp[i] = b[p][i];
+        } else {
+          load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, col, gp, bp);
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) out[i] = (h[r][p][i] - mean[r]) * rstd * gp[i] + bp[i];
+        store_vec<T, VEC>(y + col, out);
+      }
+      if (map.lane == 0) {
+        if (a.mean) a.mean[row] = shift[r] + mean[r];
+        if (a.rstd) a.rstd[row] = rstd;
+      }
+    }
+  }
+}
+
+// Welford statistics of a set of values: count, mean, sum of squared deviations.
+struct Welford {
+  float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+  // Chan et al.'s merge of two disjoint sets.
+  __device__ __forceinline__ void merge(float n_b, float mean_b, float m2_b) {
+    const float n_ab = n + n_b;
+    if (n_ab == 0.0f) return;
+    const float delta = mean_b - mean, w = n_b / n_ab;
+    mean += delta * w;
+    m2 += m2_b + delta * delta * n * w;
+    n = n_ab;
+  }
+};
+
+// Merges every thread's Welford statistics across the block; all threads get the result.
+__device__ __forceinline__ Welford block_welford(Welford w, float (*scratch)[kMaxWarpsPerBlock]) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    w.merge(shfl_xor(w.n, offset, kWarpSize), shfl_xor(w.mean, offset, kWarpSize), shfl_xor(w.m2, offset, kWarpSize));
+  if (lane_id() == 0) {
+    scratch[0][warp_id()] = w.n;
+    scratch[1][warp_id()] = w.mean;
+    scratch[2][warp_id()] = w.m2;
+  }
+  __syncthreads();
+  Welford total;
+  const int warps = int(blockDim.x) / kWarpSize;
+  for (int k = 0; k < warps; ++k) total.merge(scratch[0][k], scratch[1][k], scratch[2][k]);
+  __syncthreads();
+  return total;
+}
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forward_args a) {
+  __shared__ float scratch[3][kMaxWarpsPerBlock];
+  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  const int64_t step = int64_t(blockDim.x) * VEC;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const float shift = row_shift<T>(a, row);
+    Welford w;  // of h - shift, merged chunk by chunk
+    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+      float h[VEC], sum = 0.0f, m2 = 0.0f;
+      load_input<T, VEC>(a, row, col, h);
+      if (a.rms) {  // statistics around 0: the mean of squares
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) m2 += h[i] * h[i];
+        w.merge(float(VEC), 0.0f, m2);
+        continue;
+      }
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) sum += h[i] - shift;
+      const float chunk_mean = sum / float(VEC);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) m2 += (h[i] - shift - chunk_mean) * (h[i] - shift - chunk_mean);
+      w.merge(float(VEC), chunk_mean, m2);
+    }
+    const Welford total = block_welford(w, scratch);
+    const float mean = a.rms ? 0.0f : total.mean;  // of h - shift
+    const float rstd = rsqrtf(total.m2 / float(a.cols) + a.epsilon);
+    T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
+    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+      float h[VEC], g[VEC], b[VEC];
+      if (a.residual_out.data)  // h was written in the first pass: one read instead of two
+        load_vec<T, VEC>(static_cast<const T *>(a.residual_out.data) + row * a.residual_out.row_stride + col, h);
+      else
+        load_input<T, VEC>(a, row, col, h);
+      load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, col, g, b);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) h[i] = (h[i] - shift - mean) * rstd * g[i] + b[i];
+      store_vec<T, VEC>(y + col, h);
+    }
+    if (threadIdx.x == 0) {
+      if (a.mean) a.mean[row] = shift + mean;
+      if (a.rstd) a.rstd[row] = rstd;
+    }
+  }
+}
+
+// Backward, register variants. partial (when dgamma/dbeta are wanted) gets
+// one row of [2][cols] sums per warp (groups) or per block (G == 0).
+template <class T, int VEC, int PACKS, int G, int ROWS>
+__global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC * ROWS))
+    norm_backward_registers(const xvk_norm_backward_args a, float *partial) {
+  __shared__ float scratch[2 * ROWS][kMaxWarpsPerBlock];
+  constexpr bool kCache = kCacheAffine<PACKS, VEC>;
+  const RowMapping<G, ROWS> map;
+  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  float g[kCache ? PACKS : 1][VEC], unused[VEC];
+  if constexpr (kCache) {
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p)
+      if (map.col(p, VEC) < a.cols)
+        load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], unused);
+  }
+  float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {};
+  const float inv_cols = 1.0f / float(a.cols);
+  for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
+    float xhat[ROWS][PACKS][VEC], dy[ROWS][PACKS][VEC], sums[2 * ROWS], rstd[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int64_t row = base + map.offset + r;
+      const bool valid = row < a.rows;
+      const float mean = valid && a.mean ? a.mean[row] : 0.0f;
+      rstd[r] = valid ? a.rstd[row] : 0.0f;
+      sums[2 * r] = sums[2 * r + 1] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = map.col(p, VEC);
+        float gp[VEC];
+        if (valid && col < a.cols) {
+          load_vec<T, VEC>(static_cast<const T *>(a.dy.data) + row * a.dy.row_stride + col, dy[r][p]);
+          load_vec<T, VEC>(static_cast<const T *>(a.x.data) + row * a.x.row_stride + col, xhat[r][p]);
+          if constexpr (kCache) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) gp[i] = g[p][i];
+          } else {
+            load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, gp, unused);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) dy[r][p][i] = xhat[r][p][i] = gp[i] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          xhat[r][p][i] = (xhat[r][p][i] - mean) * rstd[r];
+          const float dyg = dy[r][p][i] * gp[i];
+          sums[2 * r] += dyg;
+          sums[2 * r + 1] += dyg * xhat[r][p][i];
+          if (valid) {
+            acc_g[p][i] += dy[r][p][i] * xhat[r][p][i];
+            acc_b[p][i] += dy[r][p][i];
+          }
+          dy[r][p][i] = dyg;  // from here on dy holds dy * gamma
+        }
+      }
+    }
+    RowReducer<G>::all_reduce(sums, SumOp{}, scratch);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int64_t row = base + map.offset + r;
+      if (row >= a.rows) continue;
+      const float c1 = a.rms ? 0.0f : sums[2 * r] * inv_cols, c2 = sums[2 * r + 1] * inv_cols;
+      T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = map.col(p, VEC);
+        if (col >= a.cols) continue;
+        float out[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) out[i] = rstd[r] * (dy[r][p][i] - c1 - xhat[r][p][i] * c2);
+        store_vec<T, VEC>(dx + col, out);
+      }
+    }
+  }
+  if (!partial) return;
+  int64_t part;
+  if constexpr (G == 0) {
+    part = blockIdx.x;
+  } else {
+    // Groups of one warp hold the same columns: add them up lane by lane, in a fixed order.
+#pragma unroll
+    for (int offset = G; offset < kWarpSize; offset *= 2)
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          acc_g[p][i] += shfl_xor(acc_g[p][i], offset, kWarpSize);
+          acc_b[p][i] += shfl_xor(acc_b[p][i], offset, kWarpSize);
+        }
+    if (lane_id() >= G) return;
+    part = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + warp_id();
+  }
+  float *pg = partial + part * 2 * a.cols, *pb = pg + a.cols;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = map.col(p, VEC);
+    if (col >= a.cols) continue;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[p][i], pb[col + i] = acc_b[p][i];
+  }
+}
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_backward_args a) {
+  __shared__ float scratch[2][kMaxWarpsPerBlock];
+  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  const int64_t step = int64_t(blockDim.x) * VEC;
+  const float inv_cols = 1.0f / float(a.cols);
+  float unused[VEC];
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T *x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
+    const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
+    const float mean = a.mean ? a.mean[row] : 0.0f, rstd = a.rstd[row];
+    float sums[2] = {0.0f, 0.0f};
+    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+      float xv[VEC], dyv[VEC], g[VEC];
+      load_vec<T, VEC>(x + col, xv);
+      load_vec<T, VEC>(dy + col, dyv);
+      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, g, unused);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float dyg = dyv[i] * g[i];
+        sums[0] += dyg;
+        sums[1] += dyg * (xv[i] - mean) * rstd;
+      }
+    }
+    RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
+    const float c1 = a.rms ? 0.0f : sums[0] * inv_cols, c2 = sums[1] * inv_cols;
+    T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
+    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+      float xv[VEC], dyv[VEC], g[VEC];
+      load_vec<T, VEC>(x + col, xv);
+      load_vec<T, VEC>(dy + col, dyv);
+      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, g, unused);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) xv[i] = rstd * (dyv[i] * g[i] - c1 - (xv[i] - mean) * rstd * c2);
+      store_vec<T, VEC>(dx + col, xv);
+    }
+  }
+}
+
+// dgamma/dbeta partials for rows too wide for the register variants: block
+// (x, y) sums columns [x * blockDim.x * VEC, ...) over row chunk y.
+template <class T, int VEC>
+__global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_backward_args a, float *partial,
+                                                              int64_t rows_per_chunk) {
+  const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
+  if (col >= a.cols) return;
+  const int64_t begin = int64_t(blockIdx.y) * rows_per_chunk;
+  const int64_t end = begin + rows_per_chunk < a.rows ? begin + rows_per_chunk : a.rows;
+  float acc_g[VEC] = {}, acc_b[VEC] = {};
+  for (int64_t row = begin; row < end; ++row) {
+    float xv[VEC], dyv[VEC];
+    load_vec<T, VEC>(static_cast<const T *>(a.x.data) + row * a.x.row_stride + col, xv);
+    load_vec<T, VEC>(static_cast<const T *>(a.dy.data) + row * a.dy.row_stride + col, dyv);
+    const float mean = a.mean ? a.mean[row] : 0.0f, rstd = a.rstd[row];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      acc_g[i] += dyv[i] * (xv[i] - mean) * rstd;
+      acc_b[i] += dyv[i];
+    }
+  }
+  float *pg = partial + int64_t(blockIdx.y) * 2 * a.cols, *pb = pg + a.cols;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[i], pb[col + i] = acc_b[i];
+}
+
+// dgamma[c] = sum over parts of partial[part][0][c] (dbeta: [1]), in part order
+// within each of the 8 row lanes and then across them: a fixed order.
+constexpr int kFinalizeLanes = 8;
+template <class P>
+__global__ void __launch_bounds__(32 * kFinalizeLanes)
+    norm_backward_finalize(const float *partial, int64_t parts, int64_t cols, P *dgamma, P *dbeta) {
+  __shared__ float sums[2][kFinalizeLanes][32];
+  const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  float sg = 0.0f, sb = 0.0f;
+  if (col < cols)
+    for (int64_t part = threadIdx.y; part < parts; part += kFinalizeLanes) {
+      sg += partial[part * 2 * cols + col];
+      sb += partial[part * 2 * cols + cols + col];
+    }
+  sums[0][threadIdx.y][threadIdx.x] = sg;
+  sums[1][threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  for (int k = 1; k < kFinalizeLanes; ++k) sg += sums[0][k][threadIdx.x], sb += sums[1][k][threadIdx.x];
+  if (dgamma) dgamma[col] = from_float<P>(sg);
+  if (dbeta) dbeta[col] = from_float<P>(sb);
+}
+
+template <class Kernel, class... Args>
+xvk_status_t launch_rows(Context &ctx, Kernel kernel, const char *name, int threads, int64_t rows,
+                         int64_t rows_per_block, const Args &...args) {
+  const int resident = ctx.blocks_per_sm(kernel, threads, 0);
+  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident);
+  kernel<<<blocks, threads, 0, ctx.stream>>>(args...);
+  return check_launch(name);
+}
+
+template <class T, int VEC>
+xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args &a) {
+  xvk_status_t status = XVK_ERROR_INTERNAL;
+  switch (c.variant) {
+    case Variant::kGroup:
+      with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
+        constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
+        status = launch_rows(ctx, norm_forward_registers<T, VEC, P, G, R>, "norm_forward_registers", c.threads, a.rows,
+                             int64_t(c.threads / G) * R, a);
+      });
+      break;
+    case Variant::kBlock:
+      with_block_packs(c.packs, [&](auto packs) {
+        status = launch_rows(ctx, norm_forward_registers<T, VEC, decltype(packs)::value, 0, 1>, "norm_forward_registers",
+                             c.threads, a.rows, 1, a);
+      });
+      break;
+    case Variant::kReread:
+      status = launch_rows(ctx, norm_forward_reread<T, VEC>, "norm_forward_reread", c.threads, a.rows, 1, a);
+      break;
+  }
+  return status;
+}
+
+xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const float *partial, int64_t parts) {
+  const dim3 block(32, kFinalizeLanes);
+  const int blocks = int(ceil_div(a.cols, 32));
+  with_dtype(a.dparam_dtype, [&](auto tag) {
+    using P = decltype(tag);
+    norm_backward_finalize<P><<<blocks, block, 0, ctx.stream>>>(partial, parts, a.cols, static_cast<P *>(a.dgamma),
+                                                                static_cast<P *>(a.dbeta));
+  });
+  return check_launch("norm_backward_finalize");
+}
+
+template <class T, int VEC>
+xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_args &a) {
+  const bool want_params = a.dgamma || a.dbeta;
+  xvk_status_t status = XVK_ERROR_INTERNAL;
+  if (c.variant == Variant::kReread) {
+    if (a.rows > 0) {
+      status = launch_rows(ctx, norm_backward_reread<T, VEC>, "norm_backward_reread", c.threads, a.rows, 1, a);
+      if (status != XVK_SUCCESS || !want_params) return status;
+    }
+    // Column sums over row chunks: enough blocks to fill the device.
+    const int threads = 256;
+    const int64_t col_blocks = ceil_div(ceil_div(a.cols, VEC), threads);
+    const int64_t chunks = a.rows == 0 ? 1 : std::min<int64_t>(a.rows, std::max<int64_t>(1, 4 * ctx.info->sm_count / col_blocks));
+    const int64_t rows_per_chunk = a.rows == 0 ? 1 : ceil_div(a.rows, chunks);
+    const int64_t parts = a.rows == 0 ? 1 : ceil_div(a.rows, rows_per_chunk);
+    void *partial = nullptr;
+    if (ctx.workspace(size_t(parts) * 2 * size_t(a.cols) * sizeof(float), &partial) != kSuccess)
+      return XVK_ERROR_OUT_OF_MEMORY;
+    norm_param_grad_columns<T, VEC><<<dim3(unsigned(col_blocks), unsigned(parts)), threads, 0, ctx.stream>>>(
+        a, static_cast<float *>(partial), rows_per_chunk);
+    status = check_launch("norm_param_grad_columns");
+    return status == XVK_SUCCESS ? finalize(ctx, a, static_cast<const float *>(partial), parts) : status;
+  }
+  auto launch = [&](auto kernel, int64_t rows_per_block, int64_t parts_per_block) {
+    const int resident = ctx.blocks_per_sm(kernel, c.threads, 0);
+    const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident);
+    float *partial = nullptr;
+    const int64_t parts = int64_t(blocks) * parts_per_block;
+    if (want_params) {
+      void *p = nullptr;
+      if (ctx.workspace(size_t(parts) * 2 * size_t(a.cols) * sizeof(float), &p) != kSuccess) {
+        status = XVK_ERROR_OUT_OF_MEMORY;
+        return;
+      }
+      partial = static_cast<float *>(p);
+    }
+    kernel<<<blocks, c.threads, 0, ctx.stream>>>(a, partial);
+    status = check_launch("norm_backward_registers");
+    if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, partial, parts);
+  };
+  if (c.variant == Variant::kGroup) {
+    with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
+      constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
+      launch(norm_backward_registers<T, VEC, P, G, R>, int64_t(c.threads / G) * R, c.threads / ctx.info->warp_size);
+    });
+  } else {
+    with_block_packs(c.packs, [&](auto packs) {
+      launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, 1, 1);
+    });
+  }
+  return status;
+}
+
+int element_size(int dtype) { return dtype == XVK_DTYPE_F32 ? 4 : 2; }
+
+// Parameter vectors are read VEC at a time too: in 16-byte pieces.
+bool params_aligned(const void *p) { return !p || aligned_to(p, kVectorBytes); }
+
+}  // namespace
+
+int norm_forward_vec(const xvk_norm_forward_args &a) {
+  const int64_t es = element_size(a.dtype), vec = kVectorBytes / es;
+  const bool ok = a.cols % vec == 0 && rows_aligned(a.x, kVectorBytes, es) && rows_aligned(a.y, kVectorBytes, es) &&
+                  rows_aligned(a.residual, kVectorBytes, es) && rows_aligned(a.residual_out, kVectorBytes, es) &&
+                  params_aligned(a.gamma) && params_aligned(a.beta);
+  return ok ? int(vec) : 1;
+}
+
+xvk_status_t norm_forward(Context &ctx, const xvk_norm_forward_args &a, const Config *forced) {
+  const int vec = norm_forward_vec(a);
+  const Config c = forced ? *forced
+                          : choose_config(*ctx.info->table, OpKind::kNormForward, a.dtype, a.cols, vec, ctx.info->warp_size);
+  xvk_status_t status = XVK_ERROR_INTERNAL;
+  with_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    with_vec<T>(c.vec, [&](auto v) { status = forward<T, decltype(v)::value>(ctx, c, a); });
+  });
+  return status;
+}
+
+xvk_status_t norm_backward(Context &ctx, const xvk_norm_backward_args &a, const Config *forced) {
+  const int64_t es = element_size(a.dtype), v = kVectorBytes / es;
+  const bool ok = a.cols % v == 0 && rows_aligned(a.x, kVectorBytes, es) && rows_aligned(a.dy, kVectorBytes, es) &&
+                  rows_aligned(a.dx, kVectorBytes, es) && params_aligned(a.gamma);
+  const int vec = ok ? int(v) : 1;
+  const Config c = forced ? *forced
+                          : choose_config(*ctx.info->table, OpKind::kNormBackward, a.dtype, a.cols, vec, ctx.info->warp_size);
+  xvk_status_t status = XVK_ERROR_INTERNAL;
+  with_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    with_vec<T>(c.vec, [&](auto vv) { status = backward<T, decltype(vv)::value>(ctx, c, a); });
+  });
+  return status;
+}
+
+}  // namespace xvk::gpu

@@ -1,0 +1,155 @@
+// The one place where NVIDIA and AMD differ. Every kernel in src/cuda is
+// written against the names below; compiled by nvcc they map to CUDA, compiled
+// by hipcc (the HIP build, src/hip) they map to HIP. Nothing else in src/cuda
+// may spell a warp width, a full lane mask, a runtime API call or a vendor
+// half-precision type.
+#pragma once
+
+#include <stdint.h>
+
+#if defined(__HIPCC__)
+#include <hip/hip_bfloat16.h>
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+#define XVK_GPU_HIP 1
+#define XVK_GPU_CUDA 0
+#else
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#define XVK_GPU_HIP 0
+#define XVK_GPU_CUDA 1
+#endif
+
+namespace xvk::gpu {
+
+// ---------------------------------------------------------------------------
+// Runtime API
+// ---------------------------------------------------------------------------
+#if XVK_GPU_HIP
+using error_t = hipError_t;
+using stream_t = hipStream_t;
+using event_t = hipEvent_t;
+using device_prop_t = hipDeviceProp_t;
+inline constexpr error_t kSuccess = hipSuccess;
+inline const char *error_string(error_t e) { return hipGetErrorString(e); }
+inline error_t get_device_count(int *n) { return hipGetDeviceCount(n); }
+inline error_t set_device(int d) { return hipSetDevice(d); }
+inline error_t get_device(int *d) { return hipGetDevice(d); }
+inline error_t get_device_properties(device_prop_t *p, int d) { return hipGetDeviceProperties(p, d); }
+inline error_t malloc_device(void **p, size_t n) { return hipMalloc(p, n); }
+inline error_t free_device(void *p) { return hipFree(p); }
+inline error_t memcpy_async(void *d, const void *s, size_t n, stream_t st) {
+  return hipMemcpyAsync(d, s, n, hipMemcpyDefault, st);
+}
+inline error_t memset_async(void *d, int v, size_t n, stream_t st) { return hipMemsetAsync(d, v, n, st); }
+inline error_t stream_synchronize(stream_t s) { return hipStreamSynchronize(s); }
+inline error_t get_last_error() { return hipGetLastError(); }
+inline error_t event_create(event_t *e) { return hipEventCreate(e); }
+inline error_t event_destroy(event_t e) { return hipEventDestroy(e); }
+inline error_t event_record(event_t e, stream_t s) { return hipEventRecord(e, s); }
+inline error_t event_synchronize(event_t e) { return hipEventSynchronize(e); }
+inline error_t event_elapsed_ms(float *ms, event_t a, event_t b) { return hipEventElapsedTime(ms, a, b); }
+template <class Kernel>
+inline error_t occupancy_blocks_per_sm(int *blocks, Kernel kernel, int threads, size_t smem) {
+  return hipOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, smem);
+}
+inline constexpr const char *kRuntimeName = "HIP";
+inline constexpr const char *kBackendName = "hip";  // also the prefix of the runtime API
+#else
+using error_t = cudaError_t;
+using stream_t = cudaStream_t;
+using event_t = cudaEvent_t;
+using device_prop_t = cudaDeviceProp;
+inline constexpr error_t kSuccess = cudaSuccess;
+inline const char *error_string(error_t e) { return cudaGetErrorString(e); }
+inline error_t get_device_count(int *n) { return cudaGetDeviceCount(n); }
+inline error_t set_device(int d) { return cudaSetDevice(d); }
+inline error_t get_device(int *d) { return cudaGetDevice(d); }
+inline error_t get_device_properties(device_prop_t *p, int d) { return cudaGetDeviceProperties(p, d); }
+inline error_t malloc_device(void **p, size_t n) { return cudaMalloc(p, n); }
+inline error_t free_device(void *p) { return cudaFree(p); }
+inline error_t memcpy_async(void *d, const void *s, size_t n, stream_t st) {
+  return cudaMemcpyAsync(d, s, n, cudaMemcpyDefault, st);
+}
+inline error_t memset_async(void *d, int v, size_t n, stream_t st) { return cudaMemsetAsync(d, v, n, st); }
+inline error_t stream_synchronize(stream_t s) { return cudaStreamSynchronize(s); }
+inline error_t get_last_error() { return cudaGetLastError(); }
+inline error_t event_create(event_t *e) { return cudaEventCreate(e); }
+inline error_t event_destroy(event_t e) { return cudaEventDestroy(e); }
+inline error_t event_record(event_t e, stream_t s) { return cudaEventRecord(e, s); }
+inline error_t event_synchronize(event_t e) { return cudaEventSynchronize(e); }
+inline error_t event_elapsed_ms(float *ms, event_t a, event_t b) { return cudaEventElapsedTime(ms, a, b); }
+template <class Kernel>
+inline error_t occupancy_blocks_per_sm(int *blocks, Kernel kernel, int threads, size_t smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, smem);
+}
+inline constexpr const char *kRuntimeName = "CUDA";
+inline constexpr const char *kBackendName = "cuda";  // also the prefix of the runtime API
+#endif
+
+// ---------------------------------------------------------------------------
+// Warps (wavefronts)
+// ---------------------------------------------------------------------------
+// kMaxWarpSize bounds shared-memory arrays sized per warp on the host side;
+// the device's real width comes from its properties at run time
+// (DeviceInfo::warp_size) and, in device code, from kWarpSize.
+inline constexpr int kMaxWarpSize = 64;
+inline constexpr int kMinWarpSize = 32;
+
+#if XVK_GPU_HIP
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+inline constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;  // 64 on CDNA, 32 on RDNA (device pass)
+#else
+inline constexpr int kWarpSize = kMaxWarpSize;  // host pass: only used to size arrays
+#endif
+using lane_mask_t = uint64_t;  // AMD ballots are 64 bits wide whatever the wave size
+#else
+inline constexpr int kWarpSize = 32;
+using lane_mask_t = uint32_t;
+#endif
+inline constexpr lane_mask_t kAllLanes = ~lane_mask_t(0);
+
+// Butterfly exchange within groups of `width` lanes (a power of two <= kWarpSize).
+__device__ __forceinline__ float shfl_xor(float v, int lane_mask, int width) {
+#if XVK_GPU_HIP
+  return __shfl_xor(v, lane_mask, width);
+#else
+  return __shfl_xor_sync(kAllLanes, v, lane_mask, width);
+#endif
+}
+
+// One bit per lane of the whole warp: bit i is lane i's predicate.
+__device__ __forceinline__ lane_mask_t ballot(bool predicate) {
+#if XVK_GPU_HIP
+  return __ballot(predicate);
+#else
+  return __ballot_sync(kAllLanes, predicate);
+#endif
+}
+
+__device__ __forceinline__ int lane_id() { return int(threadIdx.x) & (kWarpSize - 1); }
+__device__ __forceinline__ int warp_id() { return int(threadIdx.x) / kWarpSize; }
+
+// ---------------------------------------------------------------------------
+// Half-precision types and conversions
+// ---------------------------------------------------------------------------
+#if XVK_GPU_HIP
+using half = __half;
+using bfloat16 = hip_bfloat16;
+__device__ __forceinline__ float to_float(bfloat16 v) { return float(v); }
+template <class T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ bfloat16 from_float<bfloat16>(float v) { return bfloat16(v); }
+#else
+using half = __half;
+using bfloat16 = __nv_bfloat16;
+__device__ __forceinline__ float to_float(bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ bfloat16 from_float<bfloat16>(float v) { return __float2bfloat16_rn(v); }
+#endif
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ half from_float<half>(float v) { return __float2half_rn(v); }
+
+}  // namespace xvk::gpu

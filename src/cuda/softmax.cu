@@ -1,0 +1,329 @@
+// softmax and log_softmax over the last dimension, forward and backward.
+//
+// Variants (chosen per call by the tuning table, see tuning/tuning.hpp):
+//  - registers: a group of G lanes (or the whole block, G == 0) holds a row
+//    in registers; one read, one write, reductions by shuffles (and shared
+//    memory across warps when the block owns the row);
+//  - reread: a block streams a row twice, keeping an online (max, sum) pair
+//    in the first pass, for rows too wide for registers.
+// Scale, the broadcast additive mask and the causal mask are applied as the
+// logits are loaded (load_logits), so they cost no extra pass.
+#include <cmath>
+
+#include "cuda/common.cuh"
+#include "cuda/launch.cuh"
+
+namespace xvk::gpu {
+namespace {
+
+constexpr float kNegInf = -__builtin_huge_valf();
+
+__device__ __forceinline__ int64_t mask_offset(const xvk_softmax_forward_args &a, int64_t r) {
+  int64_t offset = 0;
+  for (int k = 0; k < a.mask_ndim; ++k) {
+    offset += (r % a.mask_shape[k]) * a.mask_stride[k];
+    r /= a.mask_shape[k];
+  }
+  return offset;
+}
+
+// Columns [0, limit) of row r survive the causal mask.
+__device__ __forceinline__ int64_t causal_limit(const xvk_softmax_forward_args &a, int64_t r) {
+  if (a.causal == XVK_CAUSAL_NONE) return a.cols;
+  const int64_t q = r % a.causal_rows;
+  const int64_t limit = q + 1 + (a.causal == XVK_CAUSAL_BOTTOM_RIGHT ? a.cols - a.causal_rows : 0);
+  return limit < 0 ? 0 : limit;
+}
+
+// The logits of one row as the softmax sees them.
+template <class T>
+struct LogitsRow {
+  const T *x = nullptr;
+  const T *mask = nullptr;
+  int64_t limit = 0;  // 0 for a row past the end: everything masked
+
+  __device__ __forceinline__ LogitsRow(const xvk_softmax_forward_args &a, int64_t row, bool valid) {
+    if (!valid) return;
+    x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
+    if (a.mask) mask = static_cast<const T *>(a.mask) + mask_offset(a, row);
+    limit = causal_limit(a, row);
+  }
+  // z = scale * x + mask, -inf where masked, for columns col .. col + VEC - 1.
+  template <int VEC>
+  __device__ __forceinline__ void load(const xvk_softmax_forward_args &a, int64_t col, float (&z)[VEC]) const {
+    if (col >= limit) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) z[i] = kNegInf;
+      return;
+    }
+    load_vec<T, VEC>(x + col, z);
+    float m[VEC];
+    if (mask) load_vec<T, VEC>(mask + col, m);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) z[i] = col + i < limit ? z[i] * a.scale + (mask ? m[i] : 0.0f) : kNegInf;
+  }
+};
+
+// Output of one element from its logit z, the row max and the row's sum of
+// exponentials (log: log of it). A fully masked row (max -inf) gives 0 / -inf.
+__device__ __forceinline__ float softmax_out(bool log, float z_or_exp, float max, float sum_or_log_sum,
+                                             float inv_sum) {
+  if (max == kNegInf) return log ? kNegInf : 0.0f;
+  return log ? z_or_exp - max - sum_or_log_sum : z_or_exp * inv_sum;
+}
+
+template <class T, int VEC, int PACKS, int G, int ROWS>
+__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) softmax_forward_registers(const xvk_softmax_forward_args a) {
+  __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
+  const RowMapping<G, ROWS> map;
+  for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
+    float z[ROWS][PACKS][VEC];
+    float max[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int64_t row = base + map.offset + r;
+      const LogitsRow<T> logits(a, row, row < a.rows);
+      max[r] = kNegInf;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = map.col(p, VEC);
+        if (col < a.cols) {
+          logits.load(a, col, z[r][p]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) z[r][p][i] = kNegInf;
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) max[r] = max_nan(max[r], z[r][p][i]);
+      }
+    }
+    RowReducer<G>::all_reduce(max, MaxOp{}, scratch);
+    float sum[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      sum[r] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float e = max[r] == kNegInf ? 0.0f : __expf(z[r][p][i] - max[r]);
+          sum[r] += e;
+          if (!a.log) z[r][p][i] = e;  // softmax keeps the exponential, log-softmax the logit
+        }
+    }
+    RowReducer<G>::all_reduce(sum, SumOp{}, scratch);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int64_t row = base + map.offset + r;
+      if (row >= a.rows) continue;
+      T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
+      const float log_sum = a.log ? __logf(sum[r]) : 0.0f, inv_sum = 1.0f / sum[r];
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = map.col(p, VEC);
+        if (col >= a.cols) continue;
+        float out[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) out[i] = softmax_out(a.log, z[r][p][i], max[r], a.log ? log_sum : sum[r], inv_sum);
+        store_vec<T, VEC>(y + col, out);
+      }
+    }
+  }
+}
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_softmax_forward_args a) {
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
+  const int64_t step = int64_t(blockDim.x) * VEC;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const LogitsRow<T> logits(a, row, true);
+    // Online max and sum: the sum is rescaled whenever the max grows.
+    float max = kNegInf, sum = 0.0f;
+    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+      float z[VEC];
+      logits.load(a, col, z);
+      float new_max = max;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) new_max = max_nan(new_max, z[i]);
+      if (new_max == kNegInf) continue;
+      sum *= __expf(max - new_max);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) sum += __expf(z[i] - new_max);
+      max = new_max;
+    }
+    float row_max[1] = {max};
+    RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
+    float row_sum[1] = {max == kNegInf ? 0.0f : sum * __expf(max - row_max[0])};
+    RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
+    const float m = row_max[0], s = row_sum[0], log_sum = __logf(s), inv_sum = 1.0f / s;
+    T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
+    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+      float z[VEC];
+      logits.load(a, col, z);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i)
+        z[i] = a.log ? softmax_out(true, z[i], m, log_sum, inv_sum)
+                     : softmax_out(false, m == kNegInf ? 0.0f : __expf(z[i] - m), m, s, inv_sum);
+      store_vec<T, VEC>(y + col, z);
+    }
+  }
+}
+
+template <class T, int VEC, int PACKS, int G, int ROWS>
+__global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC * ROWS)) softmax_backward_registers(const xvk_softmax_backward_args a) {
+  __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
+  const RowMapping<G, ROWS> map;
+  for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
+    float y[ROWS][PACKS][VEC], dy[ROWS][PACKS][VEC], acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int64_t row = base + map.offset + r;
+      const bool valid = row < a.rows;
+      acc[r] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = map.col(p, VEC);
+        if (valid && col < a.cols) {
+          load_vec<T, VEC>(static_cast<const T *>(a.y.data) + row * a.y.row_stride + col, y[r][p]);
+          load_vec<T, VEC>(static_cast<const T *>(a.dy.data) + row * a.dy.row_stride + col, dy[r][p]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) y[r][p][i] = dy[r][p][i] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[r] += a.log ? dy[r][p][i] : dy[r][p][i] * y[r][p][i];
+      }
+    }
+    RowReducer<G>::all_reduce(acc, SumOp{}, scratch);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int64_t row = base + map.offset + r;
+      if (row >= a.rows) continue;
+      T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = map.col(p, VEC);
+        if (col >= a.cols) continue;
+        float out[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i)
+          out[i] = a.scale * (a.log ? dy[r][p][i] - __expf(y[r][p][i]) * acc[r] : y[r][p][i] * (dy[r][p][i] - acc[r]));
+        store_vec<T, VEC>(dx + col, out);
+      }
+    }
+  }
+}
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk_softmax_backward_args a) {
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
+  const int64_t step = int64_t(blockDim.x) * VEC;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T *y = static_cast<const T *>(a.y.data) + row * a.y.row_stride;
+    const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
+    float acc[1] = {0.0f};
+    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+      float yv[VEC], dyv[VEC];
+      load_vec<T, VEC>(y + col, yv);
+      load_vec<T, VEC>(dy + col, dyv);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[0] += a.log ? dyv[i] : dyv[i] * yv[i];
+    }
+    RowReducer<0>::all_reduce(acc, SumOp{}, scratch);
+    T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
+    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+      float yv[VEC], dyv[VEC], out[VEC];
+      load_vec<T, VEC>(y + col, yv);
+      load_vec<T, VEC>(dy + col, dyv);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i)
+        out[i] = a.scale * (a.log ? dyv[i] - __expf(yv[i]) * acc[0] : yv[i] * (dyv[i] - acc[0]));
+      store_vec<T, VEC>(dx + col, out);
+    }
+  }
+}
+
+// Launches a grid-stride kernel over `rows` rows, rows_per_block at a time.
+template <class Kernel, class Args>
+xvk_status_t launch_rows(Context &ctx, Kernel kernel, const char *name, int threads, int64_t rows,
+                         int64_t rows_per_block, const Args &a) {
+  const int resident = ctx.blocks_per_sm(kernel, threads, 0);
+  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident);
+  kernel<<<blocks, threads, 0, ctx.stream>>>(a);
+  return check_launch(name);
+}
+
+// Instantiates the kernel that Config c names, for forward or backward.
+template <bool kForward, class T, int VEC, class Args>
+xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
+  xvk_status_t status = XVK_ERROR_INTERNAL;
+  switch (c.variant) {
+    case Variant::kGroup:
+      with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
+        constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
+        if constexpr (kForward)
+          status = launch_rows(ctx, softmax_forward_registers<T, VEC, P, G, R>, "softmax_forward_registers", c.threads,
+                               a.rows, int64_t(c.threads / G) * R, a);
+        else
+          status = launch_rows(ctx, softmax_backward_registers<T, VEC, P, G, R>, "softmax_backward_registers",
+                               c.threads, a.rows, int64_t(c.threads / G) * R, a);
+      });
+      break;
+    case Variant::kBlock:
+      with_block_packs(c.packs, [&](auto packs) {
+        constexpr int P = decltype(packs)::value;
+        if constexpr (kForward)
+          status = launch_rows(ctx, softmax_forward_registers<T, VEC, P, 0, 1>, "softmax_forward_registers", c.threads,
+                               a.rows, 1, a);
+        else
+          status = launch_rows(ctx, softmax_backward_registers<T, VEC, P, 0, 1>, "softmax_backward_registers",
+                               c.threads, a.rows, 1, a);
+      });
+      break;
+    case Variant::kReread:
+      if constexpr (kForward)
+        status = launch_rows(ctx, softmax_forward_reread<T, VEC>, "softmax_forward_reread", c.threads, a.rows, 1, a);
+      else
+        status = launch_rows(ctx, softmax_backward_reread<T, VEC>, "softmax_backward_reread", c.threads, a.rows, 1, a);
+      break;
+  }
+  return status;
+}
+
+template <bool kForward, class Args>
+xvk_status_t run(Context &ctx, const Args &a, int vec, OpKind op, const Config *forced) {
+  const Config c = forced ? *forced : choose_config(*ctx.info->table, op, a.dtype, a.cols, vec, ctx.info->warp_size);
+  xvk_status_t status = XVK_ERROR_INTERNAL;
+  with_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    with_vec<T>(c.vec, [&](auto v) { status = launch_config<kForward, T, decltype(v)::value>(ctx, c, a); });
+  });
+  return status;
+}
+
+int element_size(int dtype) { return dtype == XVK_DTYPE_F32 ? 4 : 2; }
+
+}  // namespace
+
+int softmax_forward_vec(const xvk_softmax_forward_args &a) {
+  const int64_t es = element_size(a.dtype), vec = kVectorBytes / es;
+  bool ok = a.cols % vec == 0 && rows_aligned(a.x, kVectorBytes, es) && rows_aligned(a.y, kVectorBytes, es);
+  if (a.mask) {
+    ok = ok && aligned_to(a.mask, kVectorBytes);
+    for (int k = 0; k < a.mask_ndim; ++k) ok = ok && (a.mask_stride[k] * es) % kVectorBytes == 0;
+  }
+  return ok ? int(vec) : 1;
+}
+
+xvk_status_t softmax_forward(Context &ctx, const xvk_softmax_forward_args &a, const Config *forced) {
+  return run<true>(ctx, a, softmax_forward_vec(a), OpKind::kSoftmaxForward, forced);
+}
+
+xvk_status_t softmax_backward(Context &ctx, const xvk_softmax_backward_args &a, const Config *forced) {
+  const int64_t es = element_size(a.dtype), vec = kVectorBytes / es;
+  const bool ok = a.cols % vec == 0 && rows_aligned(a.y, kVectorBytes, es) && rows_aligned(a.dy, kVectorBytes, es) &&
+                  rows_aligned(a.dx, kVectorBytes, es);
+  return run<false>(ctx, a, ok ? int(vec) : 1, OpKind::kSoftmaxBackward, forced);
+}
+
+}  // namespace xvk::gpu

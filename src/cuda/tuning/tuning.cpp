@@ -1,0 +1,103 @@
+#include "cuda/tuning/tuning.hpp"
+
+#include <cstring>
+
+namespace xvk::gpu {
+
+extern const TuningTable kTuningSm90;  // tuning/sm90.cpp, produced by xvk-tune
+extern const TuningTable kTuningDefault;
+
+namespace {
+
+int next_pow2(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+const TuningTable &tuning_table_for(const char *arch) {
+  if (std::strcmp(arch, "sm_90") == 0) return kTuningSm90;
+  return kTuningDefault;
+}
+
+bool complete_config(Config &c, OpKind op, int64_t cols, int warp_size) {
+  const int64_t vectors = ceil_div(cols, c.vec);
+  switch (c.variant) {
+    case Variant::kGroup: {
+      if (c.group < 1 || c.group > 32 || c.group > warp_size || (c.group & (c.group - 1))) return false;
+      if (c.rows != 1 && c.rows != 2) return false;
+      c.packs = next_pow2(ceil_div(vectors, c.group));
+      if (c.packs > kMaxGroupPacks || (c.packs > 1 && c.group < 32) || (c.packs > 1 && c.rows > 1)) return false;
+      return c.threads >= warp_size && c.threads % warp_size == 0 &&
+             c.threads <= register_kernel_max_threads(is_backward(op), c.packs * c.vec * c.rows);
+    }
+    case Variant::kBlock: {
+      if (c.packs < 1 || c.packs > kMaxBlockPacks || (c.packs & (c.packs - 1))) return false;
+      const int64_t lanes = ceil_div(vectors, c.packs);
+      c.threads = int(ceil_div(lanes, warp_size) * warp_size);
+      c.rows = 1;
+      // A block of few threads leaves the reductions' barriers exposed; the
+      // group variant serves such rows better, so only take real blocks.
+      return c.threads >= 2 * warp_size && c.threads <= register_kernel_max_threads(is_backward(op), c.packs * c.vec);
+    }
+    case Variant::kReread:
+      c.rows = 1;
+      return c.threads >= warp_size && c.threads <= kMaxThreads && c.threads % warp_size == 0;
+  }
+  return false;
+}
+
+Config default_config(OpKind op, int64_t cols, int vec, int warp_size) {
+  const int64_t vectors = ceil_div(cols, vec);
+  Config c;
+  c.vec = vec;
+  if (vectors <= 32) {  // a sub-warp group per row, two rows at once for ILP when narrow
+    c.variant = Variant::kGroup;
+    c.group = next_pow2(vectors);
+    c.rows = c.group <= 8 ? 2 : 1;
+    c.threads = 128;
+  } else if (vectors <= 32 * 4) {  // a full group of 32 lanes, a few vectors each
+    c.variant = Variant::kGroup;
+    c.group = 32;
+    c.rows = 1;
+    c.threads = 128;
+  } else {  // a block per row while the row fits in registers: the fewest packs that fit
+    c.variant = Variant::kBlock;
+    for (c.packs = 1; c.packs <= kMaxBlockPacks; c.packs *= 2)
+      if (complete_config(c, op, cols, warp_size)) return c;
+  }
+  if (c.variant != Variant::kBlock && complete_config(c, op, cols, warp_size)) return c;
+  c = Config{};
+  c.variant = Variant::kReread;
+  c.vec = vec;
+  c.threads = 512;
+  complete_config(c, op, cols, warp_size);
+  return c;
+}
+
+Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t cols, int vec, int warp_size) {
+  // Tables are tuned on the vector path; the scalar path (odd sizes, unaligned
+  // tensors) takes the default rule.
+  if (vec > 1) {
+    for (int i = 0; i < table.count; ++i) {
+      const TuningEntry &e = table.entries[i];
+      if (e.op != int(op) || e.dtype != dtype || cols > e.max_cols) continue;
+      Config c;
+      c.variant = Variant(e.variant);
+      c.vec = vec;
+      c.group = e.group;
+      c.rows = e.rows;
+      c.packs = e.packs;
+      c.threads = e.threads;
+      if (complete_config(c, op, cols, warp_size)) return c;
+      break;
+    }
+  }
+  return default_config(op, cols, vec, warp_size);
+}
+
+}  // namespace xvk::gpu

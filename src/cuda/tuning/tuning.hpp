@@ -1,0 +1,81 @@
+// Launch configurations of the row-wise kernels and the per-architecture
+// tuning tables that choose them. Plain C++: no device code here.
+#pragma once
+
+#include <cstdint>
+
+namespace xvk::gpu {
+
+enum class OpKind : int { kSoftmaxForward = 0, kSoftmaxBackward = 1, kNormForward = 2, kNormBackward = 3 };
+
+enum class Variant : int {
+  kGroup = 0,   // a group of G <= warp lanes owns a row (ROWS rows at once), row in registers
+  kBlock = 1,   // a whole block owns a row, row in registers, block-wide reductions
+  kReread = 2,  // a whole block owns a row and streams it from memory twice
+};
+
+// Instantiated shapes: group widths 1..32 (a sub-warp on any vendor), packs
+// (vectors per lane per row) in powers of two. Kept short: each combination is
+// a compiled kernel per dtype and architecture.
+inline constexpr int kMaxGroupPacks = 8;  // a group of 32 lanes holds up to 256 vectors
+inline constexpr int kMaxBlockPacks = 8;
+inline constexpr int kMaxThreads = 1024;
+
+inline constexpr bool is_backward(OpKind op) {
+  return op == OpKind::kSoftmaxBackward || op == OpKind::kNormBackward;
+}
+
+// Launch bound of a register-variant kernel whose lanes each hold `elems`
+// row elements (packs * vec * rows): what keeps its arrays in registers
+// (65536 registers per SM / the bound = registers per thread, at most 255).
+// Backward kernels hold two inputs and, for the norms, two accumulators per
+// element. Checked against the compiler's spill report (ptxas -v).
+inline constexpr int register_kernel_max_threads(bool backward, int elems) {
+  return backward ? (elems <= 8 ? 1024 : elems <= 16 ? 512 : 256) : (elems <= 32 ? 1024 : 512);
+}
+
+struct Config {
+  Variant variant = Variant::kReread;
+  int vec = 1;       // elements per memory access (16 bytes worth, or 1)
+  int group = 0;     // kGroup: lanes per row
+  int packs = 1;     // kGroup, kBlock: vectors per lane per row
+  int rows = 1;      // kGroup: rows per group at once (1 or 2)
+  int threads = 256; // threads per block
+};
+
+// One row of a tuning table: for `op` on `dtype`, rows of up to max_cols
+// columns (the first matching row in ascending max_cols wins) use this
+// variant. packs and threads follow from the others (see choose_config).
+struct TuningEntry {
+  int op;         // OpKind
+  int dtype;      // xvk_dtype_id
+  int64_t max_cols;
+  int variant;    // Variant
+  int group;      // kGroup: lanes per row
+  int rows;       // kGroup: rows per group
+  int packs;      // kBlock: vectors per lane (threads follow from cols)
+  int threads;    // kGroup, kReread: threads per block
+};
+
+struct TuningTable {
+  const char *name;  // where and how it was produced
+  const TuningEntry *entries;
+  int count;
+};
+
+// The table for an architecture (e.g. "sm_90"), or the conservative default.
+const TuningTable &tuning_table_for(const char *arch);
+
+// The configuration for one call. `vec` is the vector width the tensors'
+// alignment allows (1 when any pointer or stride breaks it). A table row that
+// does not fit the call (say, too many threads) falls back to the default
+// rule, never to a failure. `forced` (the tuner) bypasses the table.
+Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t cols, int vec, int warp_size);
+
+// The default rule: registers while a row fits, re-reading beyond.
+Config default_config(OpKind op, int64_t cols, int vec, int warp_size);
+
+// Fills in packs/threads for a variant and checks it can run; false if not.
+bool complete_config(Config &c, OpKind op, int64_t cols, int warp_size);
+
+}  // namespace xvk::gpu
