@@ -35,8 +35,8 @@ for stage in "$@"; do
     sanitize)
       log sanitize
       for tool in memcheck racecheck; do
-        XVK_BACKEND_PATH=$PWD/$BUILD/lib compute-sanitizer --tool $tool --error-exitcode 9 \
-          $BUILD/bin/test_gpu_ops --test-case-exclude='*2^31*' >"$OUT/sanitizer-$tool.log" 2>&1
+        XVK_TEST_QUICK=1 XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 \
+          $BUILD/bin/test_gpu_ops --test-case-exclude='*2^31*,*65535*' >"$OUT/sanitizer-$tool.log" 2>&1
         echo "$tool exit $?"; tail -4 "$OUT/sanitizer-$tool.log"
       done ;;
     tune)

@@ -76,8 +76,9 @@ inline bool rows_aligned(const xvk_rows_view &v, int64_t bytes, int64_t elem_siz
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Grid for a persistent grid-stride kernel: enough blocks to cover the work,
-// at most as many as fit on the device at once.
-inline int grid_blocks(const Context &ctx, int64_t work_blocks, int resident_per_sm) {
+// at most as many as fit on the device at once (or as the config's cap allows).
+inline int grid_blocks(const Context &ctx, int64_t work_blocks, int resident_per_sm, int cap_per_sm = 0) {
+  if (cap_per_sm > 0 && cap_per_sm < resident_per_sm) resident_per_sm = cap_per_sm;
   const int64_t resident = int64_t(ctx.info->sm_count) * resident_per_sm;
   return int(work_blocks < resident ? (work_blocks < 1 ? 1 : work_blocks) : resident);
 }

@@ -75,9 +75,13 @@ __device__ __forceinline__ float row_shift(const xvk_norm_forward_args &a, int64
 template <int PACKS, int VEC>
 inline constexpr bool kCacheAffine = PACKS * VEC <= 8;
 
+// Each lane takes exact two-pass statistics of its own elements (count, mean,
+// squared deviations: rms_norm only the sum of squares), and one merge across
+// the row's owners gives the row's.
 template <class T, int VEC, int PACKS, int G, int ROWS>
-__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) norm_forward_registers(const xvk_norm_forward_args a) {
-  __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
+__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS))
+    norm_forward_registers(const xvk_norm_forward_args a) {
+  __shared__ float scratch[ROWS * WelfordMerge::K][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
@@ -87,15 +91,20 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
     for (int p = 0; p < PACKS; ++p)
       if (map.col(p, VEC) < a.cols) load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], b[p]);
   }
+  // This lane's element count is the same for every row.
+  int own = 0;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) own += map.col(p, VEC) < a.cols ? VEC : 0;
+  const float inv_own = own ? 1.0f / float(own) : 0.0f;
   const float inv_cols = 1.0f / float(a.cols);
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
-    // h holds x (+ residual) - shift; mean and var are those of h.
-    float h[ROWS][PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
+    // h holds x (+ residual) - shift.
+    float h[ROWS][PACKS][VEC], shift[ROWS], st[ROWS][WelfordMerge::K];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
-      mean[r] = 0.0f;
+      float sum = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
@@ -108,35 +117,30 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           for (int i = 0; i < VEC; ++i) h[r][p][i] = 0.0f;
         }
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) mean[r] += h[r][p][i];
+        for (int i = 0; i < VEC; ++i) sum += a.rms ? h[r][p][i] * h[r][p][i] : h[r][p][i];
       }
-    }
-    if (a.rms) {
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) mean[r] = 0.0f;
-    } else {
-      RowReducer<G>::all_reduce(mean, SumOp{}, scratch);
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) mean[r] *= inv_cols;
-    }
-    // Second pass over registers: the exact variance around the mean.
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      var[r] = 0.0f;
+      if (a.rms) {  // mean 0, squared deviations = sum of squares
+        st[r][0] = float(own), st[r][1] = 0.0f, st[r][2] = sum;
+        continue;
+      }
+      const float mean = sum * inv_own;
+      float m2 = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float d = map.col(p, VEC) < a.cols ? h[r][p][i] - mean[r] : 0.0f;
-          var[r] += d * d;
+          const float d = map.col(p, VEC) < a.cols ? h[r][p][i] - mean : 0.0f;
+          m2 += d * d;
         }
+      st[r][0] = float(own), st[r][1] = mean, st[r][2] = m2;
     }
-    RowReducer<G>::all_reduce(var, SumOp{}, scratch);
+    RowReducer<G>::all_merge(st, WelfordMerge{}, scratch);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       if (row >= a.rows) continue;
-      const float rstd = rsqrtf(var[r] * inv_cols + a.epsilon);
+      const float mean = a.rms ? 0.0f : st[r][1];
+      const float rstd = rsqrtf(st[r][2] * inv_cols + a.epsilon);
       T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
@@ -150,64 +154,32 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, col, gp, bp);
         }
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) out[i] = (h[r][p][i] - mean[r]) * rstd * gp[i] + bp[i];
+        for (int i = 0; i < VEC; ++i) out[i] = (h[r][p][i] - mean) * rstd * gp[i] + bp[i];
         store_vec<T, VEC>(y + col, out);
       }
       if (map.lane == 0) {
-        if (a.mean) a.mean[row] = shift[r] + mean[r];
+        if (a.mean) a.mean[row] = shift[r] + mean;
         if (a.rstd) a.rstd[row] = rstd;
       }
     }
   }
 }
 
-// Welford statistics of a set of values: count, mean, sum of squared deviations.
-struct Welford {
-  float n = 0.0f, mean = 0.0f, m2 = 0.0f;
-  // Chan et al.'s merge of two disjoint sets.
-  __device__ __forceinline__ void merge(float n_b, float mean_b, float m2_b) {
-    const float n_ab = n + n_b;
-    if (n_ab == 0.0f) return;
-    const float delta = mean_b - mean, w = n_b / n_ab;
-    mean += delta * w;
-    m2 += m2_b + delta * delta * n * w;
-    n = n_ab;
-  }
-};
-
-// Merges every thread's Welford statistics across the block; all threads get the result.
-__device__ __forceinline__ Welford block_welford(Welford w, float (*scratch)[kMaxWarpsPerBlock]) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
-    w.merge(shfl_xor(w.n, offset, kWarpSize), shfl_xor(w.mean, offset, kWarpSize), shfl_xor(w.m2, offset, kWarpSize));
-  if (lane_id() == 0) {
-    scratch[0][warp_id()] = w.n;
-    scratch[1][warp_id()] = w.mean;
-    scratch[2][warp_id()] = w.m2;
-  }
-  __syncthreads();
-  Welford total;
-  const int warps = int(blockDim.x) / kWarpSize;
-  for (int k = 0; k < warps; ++k) total.merge(scratch[0][k], scratch[1][k], scratch[2][k]);
-  __syncthreads();
-  return total;
-}
-
 template <class T, int VEC>
 __global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forward_args a) {
-  __shared__ float scratch[3][kMaxWarpsPerBlock];
+  __shared__ float scratch[WelfordMerge::K][kMaxWarpsPerBlock];
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   const int64_t step = int64_t(blockDim.x) * VEC;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const float shift = row_shift<T>(a, row);
-    Welford w;  // of h - shift, merged chunk by chunk
+    float st[1][WelfordMerge::K] = {{0.0f, 0.0f, 0.0f}};  // of h - shift, merged chunk by chunk
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float h[VEC], sum = 0.0f, m2 = 0.0f;
       load_input<T, VEC>(a, row, col, h);
-      if (a.rms) {  // statistics around 0: the mean of squares
+      if (a.rms) {  // statistics around 0: the sum of squares
 #pragma unroll
         for (int i = 0; i < VEC; ++i) m2 += h[i] * h[i];
-        w.merge(float(VEC), 0.0f, m2);
+        st[0][0] += float(VEC), st[0][2] += m2;
         continue;
       }
 #pragma unroll
@@ -215,11 +187,12 @@ __global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forwa
       const float chunk_mean = sum / float(VEC);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) m2 += (h[i] - shift - chunk_mean) * (h[i] - shift - chunk_mean);
-      w.merge(float(VEC), chunk_mean, m2);
+      const float chunk[WelfordMerge::K] = {float(VEC), chunk_mean, m2};
+      WelfordMerge{}(st[0], chunk);
     }
-    const Welford total = block_welford(w, scratch);
-    const float mean = a.rms ? 0.0f : total.mean;  // of h - shift
-    const float rstd = rsqrtf(total.m2 / float(a.cols) + a.epsilon);
+    RowReducer<0>::all_merge(st, WelfordMerge{}, scratch);
+    const float mean = a.rms ? 0.0f : st[0][1];  // of h - shift
+    const float rstd = rsqrtf(st[0][2] / float(a.cols) + a.epsilon);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float h[VEC], g[VEC], b[VEC];
@@ -316,30 +289,47 @@ __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC 
     }
   }
   if (!partial) return;
-  int64_t part;
+  float *pg = partial + int64_t(blockIdx.x) * 2 * a.cols, *pb = pg + a.cols;
   if constexpr (G == 0) {
-    part = blockIdx.x;
+    // Each thread owns its columns: its sums are the block's.
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const int col = map.col(p, VEC);
+      if (col >= a.cols) continue;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[p][i], pb[col + i] = acc_b[p][i];
+    }
   } else {
-    // Groups of one warp hold the same columns: add them up lane by lane, in a fixed order.
+    // Groups hold the same columns: add them up across the lanes of a warp,
+    // then across the warps of the block through shared memory (one pack of
+    // G * VEC columns at a time), always in the same order.
+    extern __shared__ float warp_sums[];  // [warps][G * VEC]
+    const int warps = int(blockDim.x) / kWarpSize;
 #pragma unroll
-    for (int offset = G; offset < kWarpSize; offset *= 2)
+    for (int which = 0; which < 2; ++which) {
 #pragma unroll
-      for (int p = 0; p < PACKS; ++p)
+      for (int p = 0; p < PACKS; ++p) {
+        float v[VEC];
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          acc_g[p][i] += shfl_xor(acc_g[p][i], offset, kWarpSize);
-          acc_b[p][i] += shfl_xor(acc_b[p][i], offset, kWarpSize);
+          v[i] = which == 0 ? acc_g[p][i] : acc_b[p][i];
+#pragma unroll
+          for (int offset = G; offset < kWarpSize; offset *= 2) v[i] += shfl_xor(v[i], offset, kWarpSize);
         }
-    if (lane_id() >= G) return;
-    part = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + warp_id();
-  }
-  float *pg = partial + part * 2 * a.cols, *pb = pg + a.cols;
+        if (lane_id() < G) {
 #pragma unroll
-  for (int p = 0; p < PACKS; ++p) {
-    const int col = map.col(p, VEC);
-    if (col >= a.cols) continue;
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[p][i], pb[col + i] = acc_b[p][i];
+          for (int i = 0; i < VEC; ++i) warp_sums[warp_id() * G * VEC + lane_id() * VEC + i] = v[i];
+        }
+        __syncthreads();
+        for (int t = int(threadIdx.x); t < G * VEC; t += int(blockDim.x)) {
+          const int col = p * G * VEC + t;  // element t % VEC of lane t / VEC's pack p
+          float sum = 0.0f;
+          for (int w = 0; w < warps; ++w) sum += warp_sums[w * G * VEC + t];
+          if (col < a.cols) (which == 0 ? pg : pb)[col] = sum;
+        }
+        __syncthreads();
+      }
+    }
   }
 }
 
@@ -408,34 +398,44 @@ __global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_ba
   for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[i], pb[col + i] = acc_b[i];
 }
 
-// dgamma[c] = sum over parts of partial[part][0][c] (dbeta: [1]), in part order
-// within each of the 8 row lanes and then across them: a fixed order.
-constexpr int kFinalizeLanes = 8;
+// dgamma[c] = sum over parts of partial[part][0][c] (dbeta: [1]). Lane y of
+// kFinalizeLanes sums parts y, y + lanes, ... with four interleaved
+// accumulators (loads in flight), then lanes are added in order: a fixed
+// order, whatever the timing.
+constexpr int kFinalizeLanes = 32;
 template <class P>
 __global__ void __launch_bounds__(32 * kFinalizeLanes)
     norm_backward_finalize(const float *partial, int64_t parts, int64_t cols, P *dgamma, P *dbeta) {
-  __shared__ float sums[2][kFinalizeLanes][32];
+  __shared__ float sums[2][kFinalizeLanes][33];
   const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  float sg = 0.0f, sb = 0.0f;
-  if (col < cols)
-    for (int64_t part = threadIdx.y; part < parts; part += kFinalizeLanes) {
-      sg += partial[part * 2 * cols + col];
-      sb += partial[part * 2 * cols + cols + col];
-    }
-  sums[0][threadIdx.y][threadIdx.x] = sg;
-  sums[1][threadIdx.y][threadIdx.x] = sb;
+  float sg[4] = {}, sb[4] = {};
+  if (col < cols) {
+    int64_t part = threadIdx.y;
+    for (; part + 3 * kFinalizeLanes < parts; part += 4 * kFinalizeLanes)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float *row = partial + (part + k * kFinalizeLanes) * 2 * cols;
+        sg[k] += row[col];
+        sb[k] += row[cols + col];
+      }
+    for (; part < parts; part += kFinalizeLanes) sg[0] += partial[part * 2 * cols + col], sb[0] += partial[part * 2 * cols + cols + col];
+  }
+  sums[0][threadIdx.y][threadIdx.x] = (sg[0] + sg[1]) + (sg[2] + sg[3]);
+  sums[1][threadIdx.y][threadIdx.x] = (sb[0] + sb[1]) + (sb[2] + sb[3]);
   __syncthreads();
   if (threadIdx.y != 0 || col >= cols) return;
-  for (int k = 1; k < kFinalizeLanes; ++k) sg += sums[0][k][threadIdx.x], sb += sums[1][k][threadIdx.x];
-  if (dgamma) dgamma[col] = from_float<P>(sg);
-  if (dbeta) dbeta[col] = from_float<P>(sb);
+  float g = 0.0f, b = 0.0f;
+  for (int k = 0; k < kFinalizeLanes; ++k) g += sums[0][k][threadIdx.x], b += sums[1][k][threadIdx.x];
+  if (dgamma) dgamma[col] = from_float<P>(g);
+  if (dbeta) dbeta[col] = from_float<P>(b);
 }
 
 template <class Kernel, class... Args>
-xvk_status_t launch_rows(Context &ctx, Kernel kernel, const char *name, int threads, int64_t rows,
+xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
                          int64_t rows_per_block, const Args &...args) {
+  const int threads = c.threads;
   const int resident = ctx.blocks_per_sm(kernel, threads, 0);
-  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident);
+  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident, c.blocks_per_sm);
   kernel<<<blocks, threads, 0, ctx.stream>>>(args...);
   return check_launch(name);
 }
@@ -447,18 +447,17 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
     case Variant::kGroup:
       with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
         constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
-        status = launch_rows(ctx, norm_forward_registers<T, VEC, P, G, R>, "norm_forward_registers", c.threads, a.rows,
+        status = launch_rows(ctx, c, norm_forward_registers<T, VEC, P, G, R>, "norm_forward_registers", a.rows,
                              int64_t(c.threads / G) * R, a);
       });
       break;
     case Variant::kBlock:
       with_block_packs(c.packs, [&](auto packs) {
-        status = launch_rows(ctx, norm_forward_registers<T, VEC, decltype(packs)::value, 0, 1>, "norm_forward_registers",
-                             c.threads, a.rows, 1, a);
+        status = launch_rows(ctx, c, norm_forward_registers<T, VEC, decltype(packs)::value, 0, 1>, "norm_forward_registers", a.rows, 1, a);
       });
       break;
     case Variant::kReread:
-      status = launch_rows(ctx, norm_forward_reread<T, VEC>, "norm_forward_reread", c.threads, a.rows, 1, a);
+      status = launch_rows(ctx, c, norm_forward_reread<T, VEC>, "norm_forward_reread", a.rows, 1, a);
       break;
   }
   return status;
@@ -481,7 +480,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
   xvk_status_t status = XVK_ERROR_INTERNAL;
   if (c.variant == Variant::kReread) {
     if (a.rows > 0) {
-      status = launch_rows(ctx, norm_backward_reread<T, VEC>, "norm_backward_reread", c.threads, a.rows, 1, a);
+      status = launch_rows(ctx, c, norm_backward_reread<T, VEC>, "norm_backward_reread", a.rows, 1, a);
       if (status != XVK_SUCCESS || !want_params) return status;
     }
     // Column sums over row chunks: enough blocks to fill the device.
@@ -498,11 +497,12 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     status = check_launch("norm_param_grad_columns");
     return status == XVK_SUCCESS ? finalize(ctx, a, static_cast<const float *>(partial), parts) : status;
   }
-  auto launch = [&](auto kernel, int64_t rows_per_block, int64_t parts_per_block) {
-    const int resident = ctx.blocks_per_sm(kernel, c.threads, 0);
-    const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident);
+  // smem: the group variants' cross-warp sums of one pack of columns.
+  auto launch = [&](auto kernel, int64_t rows_per_block, size_t smem) {
+    const int resident = ctx.blocks_per_sm(kernel, c.threads, smem);
+    const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident, c.blocks_per_sm);
     float *partial = nullptr;
-    const int64_t parts = int64_t(blocks) * parts_per_block;
+    const int64_t parts = blocks;
     if (want_params) {
       void *p = nullptr;
       if (ctx.workspace(size_t(parts) * 2 * size_t(a.cols) * sizeof(float), &p) != kSuccess) {
@@ -511,18 +511,19 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
       }
       partial = static_cast<float *>(p);
     }
-    kernel<<<blocks, c.threads, 0, ctx.stream>>>(a, partial);
+    kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, partial);
     status = check_launch("norm_backward_registers");
     if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, partial, parts);
   };
   if (c.variant == Variant::kGroup) {
     with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
       constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
-      launch(norm_backward_registers<T, VEC, P, G, R>, int64_t(c.threads / G) * R, c.threads / ctx.info->warp_size);
+      launch(norm_backward_registers<T, VEC, P, G, R>, int64_t(c.threads / G) * R,
+             want_params ? size_t(c.threads / ctx.info->warp_size) * G * VEC * sizeof(float) : 0);
     });
   } else {
     with_block_packs(c.packs, [&](auto packs) {
-      launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, 1, 1);
+      launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, 1, 0);
     });
   }
   return status;

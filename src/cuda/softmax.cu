@@ -64,26 +64,30 @@ struct LogitsRow {
   }
 };
 
-// Output of one element from its logit z, the row max and the row's sum of
-// exponentials (log: log of it). A fully masked row (max -inf) gives 0 / -inf.
-__device__ __forceinline__ float softmax_out(bool log, float z_or_exp, float max, float sum_or_log_sum,
-                                             float inv_sum) {
+// Output of one element: log-softmax from its logit z, the row max and the
+// log of the row's sum; softmax from an exponential and the factor that
+// turns it into a probability. A fully masked row (max -inf) gives 0 / -inf.
+__device__ __forceinline__ float softmax_out(bool log, float z_or_exp, float max, float log_sum, float factor) {
   if (max == kNegInf) return log ? kNegInf : 0.0f;
-  return log ? z_or_exp - max - sum_or_log_sum : z_or_exp * inv_sum;
+  return log ? z_or_exp - max - log_sum : z_or_exp * factor;
 }
 
+// Each lane reduces its own elements to (max, sum of exp(z - max)); one merge
+// across the row's owners then gives the row's pair, and each lane rescales
+// its exponentials by exp(own max - row max).
 template <class T, int VEC, int PACKS, int G, int ROWS>
-__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) softmax_forward_registers(const xvk_softmax_forward_args a) {
-  __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
+__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS))
+    softmax_forward_registers(const xvk_softmax_forward_args a) {
+  __shared__ float scratch[ROWS * SoftmaxMerge::K][kMaxWarpsPerBlock];
   const RowMapping<G, ROWS> map;
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
     float z[ROWS][PACKS][VEC];
-    float max[ROWS];
+    float own_max[ROWS], st[ROWS][2];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       const LogitsRow<T> logits(a, row, row < a.rows);
-      max[r] = kNegInf;
+      float m = kNegInf;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
@@ -94,37 +98,38 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           for (int i = 0; i < VEC; ++i) z[r][p][i] = kNegInf;
         }
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) max[r] = max_nan(max[r], z[r][p][i]);
+        for (int i = 0; i < VEC; ++i) m = max_nan(m, z[r][p][i]);
       }
-    }
-    RowReducer<G>::all_reduce(max, MaxOp{}, scratch);
-    float sum[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      sum[r] = 0.0f;
+      float sum = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float e = max[r] == kNegInf ? 0.0f : __expf(z[r][p][i] - max[r]);
-          sum[r] += e;
+          const float e = m == kNegInf ? 0.0f : __expf(z[r][p][i] - m);
+          sum += e;
           if (!a.log) z[r][p][i] = e;  // softmax keeps the exponential, log-softmax the logit
         }
+      own_max[r] = m;
+      st[r][0] = m;
+      st[r][1] = sum;
     }
-    RowReducer<G>::all_reduce(sum, SumOp{}, scratch);
+    RowReducer<G>::all_merge(st, SoftmaxMerge{}, scratch);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       if (row >= a.rows) continue;
       T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
-      const float log_sum = a.log ? __logf(sum[r]) : 0.0f, inv_sum = 1.0f / sum[r];
+      const float max = st[r][0], sum = st[r][1];
+      const float log_sum = a.log ? __logf(sum) : 0.0f;
+      // exp(z - max) = exp(z - own max) * exp(own max - max); 1 / sum folded in.
+      const float rescale = own_max[r] == kNegInf ? 0.0f : __expf(own_max[r] - max) / sum;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
         if (col >= a.cols) continue;
         float out[VEC];
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) out[i] = softmax_out(a.log, z[r][p][i], max[r], a.log ? log_sum : sum[r], inv_sum);
+        for (int i = 0; i < VEC; ++i) out[i] = softmax_out(a.log, z[r][p][i], max, log_sum, rescale);
         store_vec<T, VEC>(y + col, out);
       }
     }
@@ -133,7 +138,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 
 template <class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_softmax_forward_args a) {
-  __shared__ float scratch[1][kMaxWarpsPerBlock];
+  __shared__ float scratch[SoftmaxMerge::K][kMaxWarpsPerBlock];
   const int64_t step = int64_t(blockDim.x) * VEC;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const LogitsRow<T> logits(a, row, true);
@@ -151,11 +156,9 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_
       for (int i = 0; i < VEC; ++i) sum += __expf(z[i] - new_max);
       max = new_max;
     }
-    float row_max[1] = {max};
-    RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
-    float row_sum[1] = {max == kNegInf ? 0.0f : sum * __expf(max - row_max[0])};
-    RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
-    const float m = row_max[0], s = row_sum[0], log_sum = __logf(s), inv_sum = 1.0f / s;
+    float st[1][2] = {{max, sum}};
+    RowReducer<0>::all_merge(st, SoftmaxMerge{}, scratch);
+    const float m = st[0][0], s = st[0][1], log_sum = __logf(s), inv_sum = 1.0f / s;
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float z[VEC];
@@ -245,10 +248,11 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk
 
 // Launches a grid-stride kernel over `rows` rows, rows_per_block at a time.
 template <class Kernel, class Args>
-xvk_status_t launch_rows(Context &ctx, Kernel kernel, const char *name, int threads, int64_t rows,
+xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
                          int64_t rows_per_block, const Args &a) {
+  const int threads = c.threads;
   const int resident = ctx.blocks_per_sm(kernel, threads, 0);
-  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident);
+  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident, c.blocks_per_sm);
   kernel<<<blocks, threads, 0, ctx.stream>>>(a);
   return check_launch(name);
 }
@@ -262,29 +266,27 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
         constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
         if constexpr (kForward)
-          status = launch_rows(ctx, softmax_forward_registers<T, VEC, P, G, R>, "softmax_forward_registers", c.threads,
+          status = launch_rows(ctx, c, softmax_forward_registers<T, VEC, P, G, R>, "softmax_forward_registers",
                                a.rows, int64_t(c.threads / G) * R, a);
         else
-          status = launch_rows(ctx, softmax_backward_registers<T, VEC, P, G, R>, "softmax_backward_registers",
-                               c.threads, a.rows, int64_t(c.threads / G) * R, a);
+          status = launch_rows(ctx, c, softmax_backward_registers<T, VEC, P, G, R>, "softmax_backward_registers", a.rows, int64_t(c.threads / G) * R, a);
       });
       break;
     case Variant::kBlock:
       with_block_packs(c.packs, [&](auto packs) {
         constexpr int P = decltype(packs)::value;
         if constexpr (kForward)
-          status = launch_rows(ctx, softmax_forward_registers<T, VEC, P, 0, 1>, "softmax_forward_registers", c.threads,
+          status = launch_rows(ctx, c, softmax_forward_registers<T, VEC, P, 0, 1>, "softmax_forward_registers",
                                a.rows, 1, a);
         else
-          status = launch_rows(ctx, softmax_backward_registers<T, VEC, P, 0, 1>, "softmax_backward_registers",
-                               c.threads, a.rows, 1, a);
+          status = launch_rows(ctx, c, softmax_backward_registers<T, VEC, P, 0, 1>, "softmax_backward_registers", a.rows, 1, a);
       });
       break;
     case Variant::kReread:
       if constexpr (kForward)
-        status = launch_rows(ctx, softmax_forward_reread<T, VEC>, "softmax_forward_reread", c.threads, a.rows, 1, a);
+        status = launch_rows(ctx, c, softmax_forward_reread<T, VEC>, "softmax_forward_reread", a.rows, 1, a);
       else
-        status = launch_rows(ctx, softmax_backward_reread<T, VEC>, "softmax_backward_reread", c.threads, a.rows, 1, a);
+        status = launch_rows(ctx, c, softmax_backward_reread<T, VEC>, "softmax_backward_reread", a.rows, 1, a);
       break;
   }
   return status;

@@ -26,6 +26,7 @@ const TuningTable &tuning_table_for(const char *arch) {
 
 bool complete_config(Config &c, OpKind op, int64_t cols, int warp_size) {
   const int64_t vectors = ceil_div(cols, c.vec);
+  if (c.blocks_per_sm < 0) return false;
   switch (c.variant) {
     case Variant::kGroup: {
       if (c.group < 1 || c.group > 32 || c.group > warp_size || (c.group & (c.group - 1))) return false;
@@ -93,6 +94,7 @@ Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t col
       c.rows = e.rows;
       c.packs = e.packs;
       c.threads = e.threads;
+      c.blocks_per_sm = e.blocks_per_sm;
       if (complete_config(c, op, cols, warp_size)) return c;
       break;
     }

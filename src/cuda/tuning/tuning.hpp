@@ -41,6 +41,7 @@ struct Config {
   int packs = 1;     // kGroup, kBlock: vectors per lane per row
   int rows = 1;      // kGroup: rows per group at once (1 or 2)
   int threads = 256; // threads per block
+  int blocks_per_sm = 0;  // cap on resident blocks per SM used for the grid; 0: as many as fit
 };
 
 // One row of a tuning table: for `op` on `dtype`, rows of up to max_cols
@@ -55,6 +56,7 @@ struct TuningEntry {
   int rows;       // kGroup: rows per group
   int packs;      // kBlock: vectors per lane (threads follow from cols)
   int threads;    // kGroup, kReread: threads per block
+  int blocks_per_sm;  // 0: as many as fit; else a cap (keeps re-read rows in L2, bounds partial sums)
 };
 
 struct TuningTable {
