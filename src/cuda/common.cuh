@@ -88,52 +88,8 @@ __device__ __forceinline__ void block_all_reduce(float (&v)[N], Op op, float (*s
   __syncthreads();
 }
 
-// Merges of partial statistics, K floats each: merge(a, b) must give bitwise
-// the same result as merge(b, a), so that every lane of a butterfly ends with
-// the same value.
-template <int G, int K, class Merge>
-__device__ __forceinline__ void group_all_merge(float (&st)[K], Merge merge) {
-#pragma unroll
-  for (int offset = G / 2; offset > 0; offset /= 2) {
-    float other[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) other[k] = shfl_xor(st[k], offset, G);
-    merge(st, other);
-  }
-}
-
-// (max, sum of exp(z - max)) of two sets of logits, rescaled to the larger max.
-struct SoftmaxMerge {
-  static constexpr int K = 2;
-  __device__ static float identity(int k) { return k == 0 ? -__builtin_huge_valf() : 0.0f; }
-  __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const {
-    const float m = max_nan(a[0], b[0]);
-    const float sa = a[0] == -__builtin_huge_valf() ? 0.0f : a[1] * __expf(a[0] - m);
-    const float sb = b[0] == -__builtin_huge_valf() ? 0.0f : b[1] * __expf(b[0] - m);
-    a[0] = m;
-    a[1] = sa + sb;
-  }
-};
-
-// (count, mean, sum of squared deviations) of two sets: Chan et al.'s merge,
-// written symmetrically.
-struct WelfordMerge {
-  static constexpr int K = 3;
-  __device__ static float identity(int) { return 0.0f; }
-  __device__ __forceinline__ void operator()(float (&a)[3], const float (&b)[3]) const {
-    const float n = a[0] + b[0];
-    if (n == 0.0f) return;
-    const float d = b[1] - a[1];
-    a[2] = (a[2] + b[2]) + d * d * (a[0] * b[0] / n);
-    a[1] = (a[0] * a[1] + b[0] * b[1]) / n;
-    a[0] = n;
-  }
-};
-
 // Reduction over the threads that own a row: a group of G lanes, or the whole
 // block when G == 0.
-// all_merge merges R independent states (one per row held) of Merge::K
-// floats; scratch holds R * K rows of kMaxWarpsPerBlock floats.
 template <int G>
 struct RowReducer {
   template <int N, class Op>
@@ -141,37 +97,12 @@ struct RowReducer {
 #pragma unroll
     for (int i = 0; i < N; ++i) v[i] = group_all_reduce<G>(v[i], op);
   }
-  template <int R, int K, class Merge>
-  __device__ __forceinline__ static void all_merge(float (&st)[R][K], Merge merge, float (*)[kMaxWarpsPerBlock]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) group_all_merge<G>(st[r], merge);
-  }
 };
 template <>
 struct RowReducer<0> {
   template <int N, class Op>
   __device__ __forceinline__ static void all_reduce(float (&v)[N], Op op, float (*scratch)[kMaxWarpsPerBlock]) {
     block_all_reduce(v, op, scratch);
-  }
-  template <int R, int K, class Merge>
-  __device__ __forceinline__ static void all_merge(float (&st)[R][K], Merge merge, float (*scratch)[kMaxWarpsPerBlock]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) group_all_merge<kWarpSize>(st[r], merge);
-    const int warps = int(blockDim.x) / kWarpSize;
-    if (lane_id() == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int k = 0; k < K; ++k) scratch[r * K + k][warp_id()] = st[r][k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) st[r][k] = lane_id() < warps ? scratch[r * K + k][lane_id()] : Merge::identity(k);
-      group_all_merge<kWarpSize>(st[r], merge);
-    }
-    __syncthreads();
   }
 };
 

@@ -75,13 +75,9 @@ __device__ __forceinline__ float row_shift(const xvk_norm_forward_args &a, int64
 template <int PACKS, int VEC>
 inline constexpr bool kCacheAffine = PACKS * VEC <= 8;
 
-// Each lane takes exact two-pass statistics of its own elements (count, mean,
-// squared deviations: rms_norm only the sum of squares), and one merge across
-// the row's owners gives the row's.
 template <class T, int VEC, int PACKS, int G, int ROWS>
-__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS))
-    norm_forward_registers(const xvk_norm_forward_args a) {
-  __shared__ float scratch[ROWS * WelfordMerge::K][kMaxWarpsPerBlock];
+__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) norm_forward_registers(const xvk_norm_forward_args a) {
+  __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
@@ -91,20 +87,15 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
     for (int p = 0; p < PACKS; ++p)
       if (map.col(p, VEC) < a.cols) load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], b[p]);
   }
-  // This lane's element count is the same for every row.
-  int own = 0;
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p) own += map.col(p, VEC) < a.cols ? VEC : 0;
-  const float inv_own = own ? 1.0f / float(own) : 0.0f;
   const float inv_cols = 1.0f / float(a.cols);
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
-    // h holds x (+ residual) - shift.
-    float h[ROWS][PACKS][VEC], shift[ROWS], st[ROWS][WelfordMerge::K];
+    // h holds x (+ residual) - shift; mean and var are those of h.
+    float h[ROWS][PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
-      float sum = 0.0f;
+      mean[r] = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
@@ -117,30 +108,35 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           for (int i = 0; i < VEC; ++i) h[r][p][i] = 0.0f;
         }
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) sum += a.rms ? h[r][p][i] * h[r][p][i] : h[r][p][i];
+        for (int i = 0; i < VEC; ++i) mean[r] += h[r][p][i];
       }
-      if (a.rms) {  // mean 0, squared deviations = sum of squares
-        st[r][0] = float(own), st[r][1] = 0.0f, st[r][2] = sum;
-        continue;
-      }
-      const float mean = sum * inv_own;
-      float m2 = 0.0f;
+    }
+    if (a.rms) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) mean[r] = 0.0f;
+    } else {
+      RowReducer<G>::all_reduce(mean, SumOp{}, scratch);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) mean[r] *= inv_cols;
+    }
+    // Second pass over registers: the exact variance around the mean.
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      var[r] = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float d = map.col(p, VEC) < a.cols ? h[r][p][i] - mean : 0.0f;
-          m2 += d * d;
+          const float d = map.col(p, VEC) < a.cols ? h[r][p][i] - mean[r] : 0.0f;
+          var[r] += d * d;
         }
-      st[r][0] = float(own), st[r][1] = mean, st[r][2] = m2;
     }
-    RowReducer<G>::all_merge(st, WelfordMerge{}, scratch);
+    RowReducer<G>::all_reduce(var, SumOp{}, scratch);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       if (row >= a.rows) continue;
-      const float mean = a.rms ? 0.0f : st[r][1];
-      const float rstd = rsqrtf(st[r][2] * inv_cols + a.epsilon);
+      const float rstd = rsqrtf(var[r] * inv_cols + a.epsilon);
       T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
@@ -154,32 +150,64 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, col, gp, bp);
         }
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) out[i] = (h[r][p][i] - mean) * rstd * gp[i] + bp[i];
+        for (int i = 0; i < VEC; ++i) out[i] = (h[r][p][i] - mean[r]) * rstd * gp[i] + bp[i];
         store_vec<T, VEC>(y + col, out);
       }
       if (map.lane == 0) {
-        if (a.mean) a.mean[row] = shift[r] + mean;
+        if (a.mean) a.mean[row] = shift[r] + mean[r];
         if (a.rstd) a.rstd[row] = rstd;
       }
     }
   }
 }
 
+// Welford statistics of a set of values: count, mean, sum of squared deviations.
+struct Welford {
+  float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+  // Chan et al.'s merge of two disjoint sets.
+  __device__ __forceinline__ void merge(float n_b, float mean_b, float m2_b) {
+    const float n_ab = n + n_b;
+    if (n_ab == 0.0f) return;
+    const float delta = mean_b - mean, w = n_b / n_ab;
+    mean += delta * w;
+    m2 += m2_b + delta * delta * n * w;
+    n = n_ab;
+  }
+};
+
+// Merges every thread's Welford statistics across the block; all threads get the result.
+__device__ __forceinline__ Welford block_welford(Welford w, float (*scratch)[kMaxWarpsPerBlock]) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    w.merge(shfl_xor(w.n, offset, kWarpSize), shfl_xor(w.mean, offset, kWarpSize), shfl_xor(w.m2, offset, kWarpSize));
+  if (lane_id() == 0) {
+    scratch[0][warp_id()] = w.n;
+    scratch[1][warp_id()] = w.mean;
+    scratch[2][warp_id()] = w.m2;
+  }
+  __syncthreads();
+  Welford total;
+  const int warps = int(blockDim.x) / kWarpSize;
+  for (int k = 0; k < warps; ++k) total.merge(scratch[0][k], scratch[1][k], scratch[2][k]);
+  __syncthreads();
+  return total;
+}
+
 template <class T, int VEC>
 __global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forward_args a) {
-  __shared__ float scratch[WelfordMerge::K][kMaxWarpsPerBlock];
+  __shared__ float scratch[3][kMaxWarpsPerBlock];
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   const int64_t step = int64_t(blockDim.x) * VEC;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const float shift = row_shift<T>(a, row);
-    float st[1][WelfordMerge::K] = {{0.0f, 0.0f, 0.0f}};  // of h - shift, merged chunk by chunk
+    Welford w;  // of h - shift, merged chunk by chunk
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float h[VEC], sum = 0.0f, m2 = 0.0f;
       load_input<T, VEC>(a, row, col, h);
-      if (a.rms) {  // statistics around 0: the sum of squares
+      if (a.rms) {  // statistics around 0: the mean of squares
 #pragma unroll
         for (int i = 0; i < VEC; ++i) m2 += h[i] * h[i];
-        st[0][0] += float(VEC), st[0][2] += m2;
+        w.merge(float(VEC), 0.0f, m2);
         continue;
       }
 #pragma unroll
@@ -187,12 +215,11 @@ __global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forwa
       const float chunk_mean = sum / float(VEC);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) m2 += (h[i] - shift - chunk_mean) * (h[i] - shift - chunk_mean);
-      const float chunk[WelfordMerge::K] = {float(VEC), chunk_mean, m2};
-      WelfordMerge{}(st[0], chunk);
+      w.merge(float(VEC), chunk_mean, m2);
     }
-    RowReducer<0>::all_merge(st, WelfordMerge{}, scratch);
-    const float mean = a.rms ? 0.0f : st[0][1];  // of h - shift
-    const float rstd = rsqrtf(st[0][2] / float(a.cols) + a.epsilon);
+    const Welford total = block_welford(w, scratch);
+    const float mean = a.rms ? 0.0f : total.mean;  // of h - shift
+    const float rstd = rsqrtf(total.m2 / float(a.cols) + a.epsilon);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float h[VEC], g[VEC], b[VEC];

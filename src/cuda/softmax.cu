@@ -64,30 +64,26 @@ struct LogitsRow {
   }
 };
 
-// Output of one element: log-softmax from its logit z, the row max and the
-// log of the row's sum; softmax from an exponential and the factor that
-// turns it into a probability. A fully masked row (max -inf) gives 0 / -inf.
-__device__ __forceinline__ float softmax_out(bool log, float z_or_exp, float max, float log_sum, float factor) {
+// Output of one element from its logit z, the row max and the row's sum of
+// exponentials (log: log of it). A fully masked row (max -inf) gives 0 / -inf.
+__device__ __forceinline__ float softmax_out(bool log, float z_or_exp, float max, float sum_or_log_sum,
+                                             float inv_sum) {
   if (max == kNegInf) return log ? kNegInf : 0.0f;
-  return log ? z_or_exp - max - log_sum : z_or_exp * factor;
+  return log ? z_or_exp - max - sum_or_log_sum : z_or_exp * inv_sum;
 }
 
-// Each lane reduces its own elements to (max, sum of exp(z - max)); one merge
-// across the row's owners then gives the row's pair, and each lane rescales
-// its exponentials by exp(own max - row max).
 template <class T, int VEC, int PACKS, int G, int ROWS>
-__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS))
-    softmax_forward_registers(const xvk_softmax_forward_args a) {
-  __shared__ float scratch[ROWS * SoftmaxMerge::K][kMaxWarpsPerBlock];
+__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) softmax_forward_registers(const xvk_softmax_forward_args a) {
+  __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   const RowMapping<G, ROWS> map;
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
     float z[ROWS][PACKS][VEC];
-    float own_max[ROWS], st[ROWS][2];
+    float max[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       const LogitsRow<T> logits(a, row, row < a.rows);
-      float m = kNegInf;
+      max[r] = kNegInf;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
@@ -98,38 +94,37 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           for (int i = 0; i < VEC; ++i) z[r][p][i] = kNegInf;
         }
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) m = max_nan(m, z[r][p][i]);
+        for (int i = 0; i < VEC; ++i) max[r] = max_nan(max[r], z[r][p][i]);
       }
-      float sum = 0.0f;
+    }
+    RowReducer<G>::all_reduce(max, MaxOp{}, scratch);
+    float sum[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      sum[r] = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float e = m == kNegInf ? 0.0f : __expf(z[r][p][i] - m);
-          sum += e;
+          const float e = max[r] == kNegInf ? 0.0f : __expf(z[r][p][i] - max[r]);
+          sum[r] += e;
           if (!a.log) z[r][p][i] = e;  // softmax keeps the exponential, log-softmax the logit
         }
-      own_max[r] = m;
-      st[r][0] = m;
-      st[r][1] = sum;
     }
-    RowReducer<G>::all_merge(st, SoftmaxMerge{}, scratch);
+    RowReducer<G>::all_reduce(sum, SumOp{}, scratch);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       if (row >= a.rows) continue;
       T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
-      const float max = st[r][0], sum = st[r][1];
-      const float log_sum = a.log ? __logf(sum) : 0.0f;
-      // exp(z - max) = exp(z - own max) * exp(own max - max); 1 / sum folded in.
-      const float rescale = own_max[r] == kNegInf ? 0.0f : __expf(own_max[r] - max) / sum;
+      const float log_sum = a.log ? __logf(sum[r]) : 0.0f, inv_sum = 1.0f / sum[r];
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
         if (col >= a.cols) continue;
         float out[VEC];
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) out[i] = softmax_out(a.log, z[r][p][i], max, log_sum, rescale);
+        for (int i = 0; i < VEC; ++i) out[i] = softmax_out(a.log, z[r][p][i], max[r], a.log ? log_sum : sum[r], inv_sum);
         store_vec<T, VEC>(y + col, out);
       }
     }
@@ -138,7 +133,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 
 template <class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_softmax_forward_args a) {
-  __shared__ float scratch[SoftmaxMerge::K][kMaxWarpsPerBlock];
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
   const int64_t step = int64_t(blockDim.x) * VEC;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const LogitsRow<T> logits(a, row, true);
@@ -156,9 +151,11 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_
       for (int i = 0; i < VEC; ++i) sum += __expf(z[i] - new_max);
       max = new_max;
     }
-    float st[1][2] = {{max, sum}};
-    RowReducer<0>::all_merge(st, SoftmaxMerge{}, scratch);
-    const float m = st[0][0], s = st[0][1], log_sum = __logf(s), inv_sum = 1.0f / s;
+    float row_max[1] = {max};
+    RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
+    float row_sum[1] = {max == kNegInf ? 0.0f : sum * __expf(max - row_max[0])};
+    RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
+    const float m = row_max[0], s = row_sum[0], log_sum = __logf(s), inv_sum = 1.0f / s;
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float z[VEC];
