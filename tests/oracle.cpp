@@ -160,8 +160,10 @@ NormForward norm_forward(const NormSpec &spec, const std::vector<float> &x, cons
       const double g = gamma ? double((*gamma)[size_t(j)]) + (spec.zero_centered_gamma ? 1.0 : 0.0) : 1.0;
       const double b = beta ? double((*beta)[size_t(j)]) : 0.0;
       f.y.ref[i] = (h[size_t(j)] - mean) * rstd * g + b;
+      // RMSNorm: a product, relative error only. LayerNorm: an fp32 mean is
+      // off by up to acc * max|h|, which shifts (h - mean) by that much.
       f.y.scale[i] = spec.rms ? std::fabs(g) * std::fabs(h[size_t(j)]) * rstd
-                              : std::fabs(g) * (max_abs + std::fabs(h[size_t(j)])) * rstd + std::fabs(b);
+                              : std::fabs(g) * (max_abs + std::fabs(h[size_t(j)] - mean)) * rstd + std::fabs(b);
     }
   }
   return f;
