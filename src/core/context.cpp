@@ -36,11 +36,12 @@ xvk_context &live_context(const xvk_context *ctx) {
 
 extern "C" {
 
-XVK_API xvk_status_t xvk_context_create(xvk_backend_t backend, int device_id, xvk_context **out) {
+XVK_API xvk_status_t xvk_context_create(xvk_backend_t backend_arg, int device_id, xvk_context **out) {
   return xvk::guarded("xvk_context_create", [&] {
     if (!out) xvk::fail(XVK_ERROR_INVALID_ARGUMENT, "out is NULL");
     int device_count = 0;
-    const xvk_backend_ops &ops = xvk::usable_backend(backend, &device_count);
+    const xvk_backend_ops &ops = xvk::usable_backend(xvk::enum_value(backend_arg), &device_count);
+    const xvk_backend_t backend = backend_arg;  // a known value now
     if (device_id < 0 || device_id >= device_count)
       xvk::fail(XVK_ERROR_INVALID_ARGUMENT, "device_id %d is out of range: the %s backend has %d device(s)",
                 device_id, xvk_backend_name(backend), device_count);

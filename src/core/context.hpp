@@ -16,7 +16,9 @@ namespace xvk {
 
 // The backend's operations, loading its module on first use; throws
 // XVK_ERROR_BACKEND_UNAVAILABLE with the reason when it cannot be used.
-const xvk_backend_ops &usable_backend(xvk_backend_t backend, int *device_count);
+// `backend` is the caller's xvk_backend_t read with enum_value(); an unknown
+// value is XVK_ERROR_INVALID_ARGUMENT.
+const xvk_backend_ops &usable_backend(int backend, int *device_count);
 
 // ctx itself, once it is known to be a live context; throws otherwise.
 // Never dereferences a pointer that is not live.

@@ -40,7 +40,7 @@ extern "C" {
 XVK_API const char *xvk_last_error_message(void) { return xvk::t_last_error; }
 
 XVK_API const char *xvk_status_string(xvk_status_t status) {
-  switch (status) {
+  switch (xvk::enum_value(status)) {  // an int: a C caller may pass any value
     case XVK_SUCCESS: return "XVK_SUCCESS";
     case XVK_ERROR_INVALID_ARGUMENT: return "XVK_ERROR_INVALID_ARGUMENT";
     case XVK_ERROR_UNSUPPORTED: return "XVK_ERROR_UNSUPPORTED";

@@ -4,6 +4,7 @@
 // across the C ABI.
 #pragma once
 
+#include <cstring>
 #include <string>
 
 #include "xvk/xvk.h"
@@ -27,6 +28,19 @@ void set_last_error(const char *function, const char *message) noexcept;
 void clear_backend_message() noexcept;
 const char *backend_message() noexcept;
 void set_backend_message(const char *message) noexcept;
+
+// The int a caller passed for an enum parameter (xvk_backend_t,
+// xvk_status_t). C lets any int through, but loading an enum object whose
+// value lies outside the enum's range is undefined behaviour in C++ (and
+// UBSan aborts on it), so entry points read enum arguments through this and
+// validate the int before converting it back.
+template <class Enum>
+int enum_value(const Enum &value) noexcept {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized");
+  int v;
+  std::memcpy(&v, &value, sizeof v);
+  return v;
+}
 
 // Runs body (returning xvk_status_t) and maps every exception to a status.
 template <class Body>

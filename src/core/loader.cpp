@@ -87,9 +87,11 @@ void load_module(xvk_backend_t backend, BackendState &state) {
                  "; set XVK_BACKEND_PATH, or build with the matching preset)";
 }
 
-BackendState &state_of(xvk_backend_t backend) {
-  if (backend != XVK_BACKEND_CPU && backend != XVK_BACKEND_CUDA && backend != XVK_BACKEND_HIP)
-    fail(XVK_ERROR_INVALID_ARGUMENT, "backend %d is not an xvk_backend_t value", int(backend));
+// `value` is the caller's xvk_backend_t read as an int (see enum_value).
+BackendState &state_of(int value) {
+  if (value != XVK_BACKEND_CPU && value != XVK_BACKEND_CUDA && value != XVK_BACKEND_HIP)
+    fail(XVK_ERROR_INVALID_ARGUMENT, "backend %d is not an xvk_backend_t value", value);
+  const xvk_backend_t backend = static_cast<xvk_backend_t>(value);
   BackendState &state = g_states[backend];
   std::call_once(state.once, [&] {
     if (backend == XVK_BACKEND_CPU) {
@@ -105,10 +107,11 @@ BackendState &state_of(xvk_backend_t backend) {
 
 }  // namespace
 
-const xvk_backend_ops &usable_backend(xvk_backend_t backend, int *device_count) {
+const xvk_backend_ops &usable_backend(int backend, int *device_count) {
   BackendState &state = state_of(backend);
   if (!state.ops || state.device_count <= 0)
-    fail(XVK_ERROR_BACKEND_UNAVAILABLE, "the %s backend is unavailable: %s", xvk_backend_name(backend),
+    fail(XVK_ERROR_BACKEND_UNAVAILABLE, "the %s backend is unavailable: %s",
+         xvk_backend_name(static_cast<xvk_backend_t>(backend)),
          state.reason.c_str());
   *device_count = state.device_count;
   return *state.ops;
@@ -119,7 +122,7 @@ const xvk_backend_ops &usable_backend(xvk_backend_t backend, int *device_count) 
 extern "C" {
 
 XVK_API const char *xvk_backend_name(xvk_backend_t backend) {
-  switch (backend) {
+  switch (xvk::enum_value(backend)) {  // an int: a C caller may pass any value
     case XVK_BACKEND_CPU: return "cpu";
     case XVK_BACKEND_CUDA: return "cuda";
     case XVK_BACKEND_HIP: return "hip";
@@ -130,7 +133,7 @@ XVK_API const char *xvk_backend_name(xvk_backend_t backend) {
 XVK_API xvk_status_t xvk_backend_query(xvk_backend_t backend, int *available, int *device_count,
                                        const char **reason) {
   return xvk::guarded("xvk_backend_query", [&] {
-    xvk::BackendState &state = xvk::state_of(backend);
+    xvk::BackendState &state = xvk::state_of(xvk::enum_value(backend));
     const bool usable = state.ops && state.device_count > 0;
     if (available) *available = usable ? 1 : 0;
     if (device_count) *device_count = usable ? state.device_count : 0;

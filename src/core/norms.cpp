@@ -61,6 +61,10 @@ void check_params(const xvk_context &c, const View &x, int nd, const char *gname
 }
 
 View check_x(const xvk_context &c, const char *name, const DLTensor *x, int nd) {
+  // Said here rather than by check_rows, whose message would not name the option at fault.
+  if (x && x->ndim >= 0 && nd > x->ndim)
+    fail(XVK_ERROR_INVALID_ARGUMENT, "options->normalized_ndim is %d but %s has %d dimension(s)", nd, name,
+         x->ndim);
   const View xv = check_rows(c, name, x, kAnyFloat, nd, false);
   if (xv.cols == 0)
     fail(XVK_ERROR_INVALID_ARGUMENT, "%s's normalized size (the product of its last %d dimension(s)) is 0", name, nd);

@@ -78,7 +78,8 @@ View check_common(const xvk_context &ctx, const char *name, const DLTensor *t, u
   v.dtype = id;
   v.elem_size = t->dtype.bits / 8;
   if (numel > 0 && !t->data) fail(XVK_ERROR_INVALID_ARGUMENT, "%s->data is NULL", name);
-  v.base = static_cast<char *>(t->data) + t->byte_offset;
+  // An empty tensor may have data == NULL with any byte_offset; NULL + offset is undefined behaviour.
+  v.base = t->data ? static_cast<char *>(t->data) + t->byte_offset : nullptr;
   if (reinterpret_cast<uintptr_t>(v.base) % uint64_t(v.elem_size) != 0)
     fail(XVK_ERROR_INVALID_ARGUMENT, "%s's address (data + byte_offset) is not aligned to its %lld-byte elements",
          name, (long long)v.elem_size);

@@ -1,4 +1,5 @@
 // The built-in CPU backend: synchronous, no streams, one device (0).
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,10 +27,20 @@ xvk_status_t context_set_stream(void *, void *stream) {
 xvk_status_t context_synchronize(void *) { return XVK_SUCCESS; }
 
 xvk_status_t memory_alloc(void *, size_t bytes, void **out) {
-  *out = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (*out) return XVK_SUCCESS;
-  set_backend_message("out of host memory");
-  return XVK_ERROR_OUT_OF_MEMORY;
+  // aligned_alloc wants a multiple of the alignment; rounding up must not
+  // wrap around (SIZE_MAX would become a 0-byte allocation that "succeeds").
+  constexpr size_t kAlign = 256;
+  if (bytes > SIZE_MAX - (kAlign - 1)) {
+    set_backend_message("out of host memory (the request exceeds the address space)");
+    return XVK_ERROR_OUT_OF_MEMORY;
+  }
+  void *ptr = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  if (!ptr) {
+    set_backend_message("out of host memory");
+    return XVK_ERROR_OUT_OF_MEMORY;
+  }
+  *out = ptr;
+  return XVK_SUCCESS;
 }
 xvk_status_t memory_free(void *, void *ptr) {
   std::free(ptr);
