@@ -23,7 +23,7 @@ for stage in "$@"; do
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
       git rev-parse HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
       extra=()
-      [ -d .devdeps ] && extra+=(-DCMAKE_PREFIX_PATH=$PWD/.devdeps -DXVK_DLPACK_INCLUDE_DIR=$PWD/.devdeps/include)
+      [ -d .devdeps ] && extra+=(-DCMAKE_PREFIX_PATH=$PWD/.devdeps -Ddoctest_DIR=$PWD/.devdeps/lib/cmake/doctest -DXVK_DLPACK_INCLUDE_DIR=$PWD/.devdeps/include)
       cmake --preset cuda -B $BUILD -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" "${extra[@]}" >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
       cmake --build $BUILD -j 16 >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
       echo "built" ;;
