@@ -50,7 +50,7 @@ int device_count(char *reason, size_t reason_size) {
   if (e != kSuccess) {
     std::snprintf(reason, reason_size, "no %s device: %sGetDeviceCount returned %d (%s)", kRuntimeName,
                   kBackendName, int(e), error_string(e));
-    get_last_error();  // clear the sticky error
+    (void)get_last_error();  // clear the sticky error
     return 0;
   }
   if (n == 0) std::snprintf(reason, reason_size, "no %s device: the runtime reports 0 devices", kRuntimeName);
@@ -83,7 +83,7 @@ xvk_status_t context_synchronize(void *impl) {
 xvk_status_t context_destroy(void *impl) {
   auto *ctx = static_cast<Context *>(impl);
   xvk_status_t status = context_synchronize(impl);
-  if (ctx->scratch) free_device(ctx->scratch);
+  if (ctx->scratch) (void)free_device(ctx->scratch);
   delete ctx;
   return status;
 }
@@ -151,7 +151,7 @@ const DeviceInfo &device_info(int id) {
   std::call_once(g_device_once[id], [id] {
     device_prop_t prop;
     if (get_device_properties(&prop, id) != kSuccess) {
-      get_last_error();
+      (void)get_last_error();
       return;
     }
     DeviceInfo &info = g_devices[id];
@@ -170,7 +170,7 @@ const DeviceInfo &device_info(int id) {
 
 error_t Context::workspace(size_t bytes, void **out) {
   if (bytes > scratch_bytes) {
-    if (scratch) free_device(scratch);  // waits for the work that used it
+    if (scratch) (void)free_device(scratch);  // waits for the work that used it
     scratch = nullptr;
     scratch_bytes = 0;
     const error_t e = malloc_device(&scratch, bytes);
