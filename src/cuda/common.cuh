@@ -28,7 +28,7 @@ struct alignas(sizeof(T) * VEC) Pack {
 
 template <class T, int VEC>
 __device__ __forceinline__ void load_pack(const T *p, float (&out)[VEC]) {
-  const Pack<T, VEC> pack = *reinterpret_cast<const Pack<T, VEC> *>(p);
+  const Pack<T, VEC> pack = load_global(reinterpret_cast<const Pack<T, VEC> *>(p));
 #pragma unroll
   for (int i = 0; i < VEC; ++i) out[i] = to_float(pack.v[i]);
 }
@@ -150,7 +150,7 @@ __device__ __forceinline__ void load_vec(const T *p, float (&out)[VEC]) {
   constexpr int kChunk = VEC < kMaxVec<T> ? VEC : kMaxVec<T>;
 #pragma unroll
   for (int c = 0; c < VEC; c += kChunk) {
-    const Pack<T, kChunk> pack = *reinterpret_cast<const Pack<T, kChunk> *>(p + c);
+    const Pack<T, kChunk> pack = load_global(reinterpret_cast<const Pack<T, kChunk> *>(p + c));
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) out[c + i] = to_float(pack.v[i]);
   }

@@ -16,7 +16,7 @@ namespace xvk::gpu {
 // What the kernels' launch decisions depend on, read once per device.
 struct DeviceInfo {
   int sm_count = 0;
-  int warp_size = 32;
+  int warp_size = kMinWarpSize;  // read from the device: 32, or 64 on AMD CDNA
   int max_threads_per_sm = 2048;
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;

@@ -98,16 +98,23 @@ inline constexpr int kMaxWarpSize = 64;
 inline constexpr int kMinWarpSize = 32;
 
 #if XVK_GPU_HIP
-#if defined(__AMDGCN_WAVEFRONT_SIZE)
-inline constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;  // 64 on CDNA, 32 on RDNA (device pass)
+// hipcc compiles each --offload-arch in its own device pass, where clang sets
+// __AMDGCN_WAVEFRONT_SIZE for that target (64 on gfx908/gfx90a/gfx940, 32 on
+// gfx1030). clang also defines it, as 64, in the host pass, where it means
+// nothing: host code reads the width from DeviceInfo::warp_size instead.
+#if defined(__HIP_DEVICE_COMPILE__)
+inline constexpr int kWarpSize = __AMDGCN_WAVEFRONT_SIZE;
 #else
-inline constexpr int kWarpSize = kMaxWarpSize;  // host pass: only used to size arrays
+inline constexpr int kWarpSize = kMaxWarpSize;  // host pass: parses device code, never runs it
 #endif
 using lane_mask_t = uint64_t;  // AMD ballots are 64 bits wide whatever the wave size
 #else
 inline constexpr int kWarpSize = 32;
 using lane_mask_t = uint32_t;
 #endif
+static_assert(kWarpSize >= kMinWarpSize && kWarpSize <= kMaxWarpSize && (kWarpSize & (kWarpSize - 1)) == 0,
+              "a warp is 32 or 64 lanes");
+static_assert(sizeof(lane_mask_t) * 8 >= kWarpSize, "a ballot holds one bit per lane");
 inline constexpr lane_mask_t kAllLanes = ~lane_mask_t(0);
 
 // Butterfly exchange within groups of `width` lanes (a power of two <= kWarpSize).
@@ -127,6 +134,32 @@ __device__ __forceinline__ lane_mask_t ballot(bool predicate) {
   return __ballot_sync(kAllLanes, predicate);
 #endif
 }
+
+// Reads a T of 2, 4, 8 or 16 bytes (a Pack) from global memory. On AMD the
+// pointer is cast to the global address space: where LLVM cannot prove that
+// a generic pointer points to global memory it emits flat_load_*, which also
+// counts against the LDS counter, so waiting for a shuffle's result
+// (ds_bpermute) also waits for those loads. (ROCm 5.2's clang did so for softmax's LogitsRow, whose row
+// pointer is null past the last row.) Every tensor a kernel reads lives in
+// global memory. On NVIDIA this is the plain load it always was.
+#if XVK_GPU_HIP
+template <int BYTES> struct GlobalWord;
+template <> struct GlobalWord<2> { using type = uint16_t; };
+template <> struct GlobalWord<4> { using type = uint32_t; };
+template <> struct GlobalWord<8> { typedef uint32_t type __attribute__((ext_vector_type(2))); };
+template <> struct GlobalWord<16> { typedef uint32_t type __attribute__((ext_vector_type(4))); };
+template <class T>
+__device__ __forceinline__ T load_global(const T *p) {
+  using Word = typename GlobalWord<sizeof(T)>::type;
+  const Word word = *(const __attribute__((address_space(1))) Word *)(p);
+  T value;
+  __builtin_memcpy(&value, &word, sizeof(T));
+  return value;
+}
+#else
+template <class T>
+__device__ __forceinline__ T load_global(const T *p) { return *p; }
+#endif
 
 __device__ __forceinline__ int lane_id() { return int(threadIdx.x) & (kWarpSize - 1); }
 __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / kWarpSize; }
