@@ -1,0 +1,79 @@
+#!/bin/sh
+# Packaging checks run by CTest (label packaging); see packaging/CMakeLists.txt.
+#   check.sh STEP SOURCE_DIR BUILD_DIR WORK_DIR
+# Steps:
+#   install        cmake --install BUILD_DIR into WORK_DIR/prefix and check the layout
+#   find-package   build consumer/ against WORK_DIR/prefix with find_package(xvk), run it
+#   pkg-config     build consumer/consumer.c with `pkg-config --cflags --libs xvk`, run it
+# Exit status 77 means skipped (CTest SKIP_RETURN_CODE); the reason is printed first.
+# Environment: CC (the C compiler), CMAKE_GENERATOR, CMAKE_MAKE_PROGRAM (forwarded to nested builds).
+set -eu
+step=$1 src=$2 build=$3 work=$4
+consumer=$src/packaging/consumer
+skip() { echo "SKIPPED: $*"; exit 77; }
+fail() { echo "FAILED: $*" >&2; exit 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
+# cmake_configure SRC BIN ARGS...: configure with the same generator and C compiler as the outer build.
+cmake_configure() {
+  s=$1 b=$2; shift 2
+  if [ -n "${CMAKE_GENERATOR:-}" ]; then
+    cmake -S "$s" -B "$b" -G "$CMAKE_GENERATOR" ${CMAKE_MAKE_PROGRAM:+"-DCMAKE_MAKE_PROGRAM=$CMAKE_MAKE_PROGRAM"} \
+      ${CC:+"-DCMAKE_C_COMPILER=$CC"} "$@"
+  else
+    cmake -S "$s" -B "$b" ${CC:+"-DCMAKE_C_COMPILER=$CC"} "$@"
+  fi
+}
+# expect_files DIR PATTERN...: each shell pattern (relative to DIR) matches at least one file.
+expect_files() {
+  d=$1; shift
+  for p in "$@"; do
+    # shellcheck disable=SC2086
+    set -- $d/$p
+    [ -e "$1" ] || fail "$d: nothing matches $p"
+    echo "  ok: $p"
+  done
+}
+# build_with_pkg_config OUT [PKG_CONFIG_PATH]: compile the consumer with pkg-config's flags.
+build_with_pkg_config() {
+  out=$1
+  have pkg-config || skip "pkg-config is not installed"
+  echo "pkg-config --cflags --libs xvk: $(pkg-config --cflags --libs xvk)"
+  # shellcheck disable=SC2046
+  ${CC:-cc} -std=c99 -Wall -Werror "$consumer/consumer.c" -o "$out" $(pkg-config --cflags --libs xvk) -lm
+}
+
+case $step in
+install)
+  rm -rf "$work/prefix"
+  cmake --install "$build" --prefix "$work/prefix"
+  libdir=$(ls -d "$work"/prefix/lib*/ | head -n 1)
+  [ -e "$libdir/pkgconfig/xvk.pc" ] || fail "no pkgconfig/xvk.pc under $libdir"
+  expect_files "$work/prefix" "lib*/libxvk.so" "lib*/libxvk.so.0" "lib*/libxvk.so.0.*" "include/xvk/xvk.h" \
+    "lib*/cmake/xvk/xvk-config.cmake" "lib*/cmake/xvk/xvk-config-version.cmake" \
+    "lib*/cmake/xvk/xvk-targets.cmake" "lib*/pkgconfig/xvk.pc"
+  for module in cuda hip; do
+    if [ -e "$build/lib/libxvk_$module.so" ]; then
+      expect_files "$work/prefix" "lib*/libxvk_$module.so"
+    fi
+  done
+  echo "installed files:"; (cd "$work/prefix" && find . -type f -o -type l | sort)
+  ;;
+find-package)
+  [ -d "$work/prefix" ] || fail "run the install step first"
+  rm -rf "$work/consumer-find-package"
+  cmake_configure "$consumer" "$work/consumer-find-package" "-DCMAKE_PREFIX_PATH=$work/prefix"
+  grep '^xvk_DIR' "$work/consumer-find-package/CMakeCache.txt"
+  cmake --build "$work/consumer-find-package"
+  "$work/consumer-find-package/consumer"
+  ;;
+pkg-config)
+  [ -d "$work/prefix" ] || fail "run the install step first"
+  PKG_CONFIG_PATH=$(ls -d "$work"/prefix/lib*/pkgconfig | head -n 1)
+  export PKG_CONFIG_PATH
+  build_with_pkg_config "$work/consumer-pkg-config"
+  LD_LIBRARY_PATH=$(pkg-config --variable=libdir xvk) "$work/consumer-pkg-config"
+  ;;
+*)
+  fail "unknown step $step"
+  ;;
+esac
