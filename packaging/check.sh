@@ -5,6 +5,9 @@
 #   install        cmake --install BUILD_DIR into WORK_DIR/prefix and check the layout
 #   find-package   build consumer/ against WORK_DIR/prefix with find_package(xvk), run it
 #   pkg-config     build consumer/consumer.c with `pkg-config --cflags --libs xvk`, run it
+#   deb-build      configure a /usr-prefixed build of SOURCE_DIR, cpack -G DEB, check contents
+#   deb-install    dpkg -i libxvk0 and libxvk-dev, build the consumer against /usr both ways,
+#                  run it, then purge the packages again (root only)
 # Exit status 77 means skipped (CTest SKIP_RETURN_CODE); the reason is printed first.
 # Environment: CC (the C compiler), CMAKE_GENERATOR, CMAKE_MAKE_PROGRAM (forwarded to nested builds).
 set -eu
@@ -72,6 +75,61 @@ pkg-config)
   export PKG_CONFIG_PATH
   build_with_pkg_config "$work/consumer-pkg-config"
   LD_LIBRARY_PATH=$(pkg-config --variable=libdir xvk) "$work/consumer-pkg-config"
+  ;;
+deb-build)
+  have dpkg-deb || skip "dpkg-deb is not installed (apt-get install dpkg)"
+  have cpack || fail "cpack is not on PATH"
+  rm -rf "$work/deb"
+  (
+    # Debian's compiler and linker flags (hardening included), as a Debian build would use.
+    if have dpkg-buildflags; then
+      eval "$(DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --export=sh)"
+      CFLAGS="$CFLAGS $CPPFLAGS" CXXFLAGS="$CXXFLAGS $CPPFLAGS"
+      export CFLAGS CXXFLAGS LDFLAGS
+      echo "dpkg-buildflags: CXXFLAGS=$CXXFLAGS LDFLAGS=$LDFLAGS"
+    fi
+    cmake_configure "$src" "$work/deb/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+      -DXVK_BUILD_TESTS=OFF -DXVK_BUILD_BENCH=OFF >/dev/null
+  )
+  cmake --build "$work/deb/build"
+  (cd "$work/deb/build" && cpack -G DEB -B "$work/deb/out")
+  for deb in "$work"/deb/out/*.deb; do
+    echo "== $(basename "$deb")"
+    dpkg-deb --field "$deb" Package Version Section Depends
+    dpkg-deb --contents "$deb"
+  done
+  contents() { dpkg-deb --contents "$work"/deb/out/"$1"_*.deb | awk '{print $6}'; }
+  contents libxvk0 | grep -q '/usr/lib/.*/libxvk\.so\.0$' || fail "libxvk0 lacks libxvk.so.0"
+  contents libxvk0 | grep -q 'include/' && fail "libxvk0 holds headers"
+  contents libxvk-dev | grep -q '/usr/include/xvk/xvk\.h$' || fail "libxvk-dev lacks xvk.h"
+  contents libxvk-dev | grep -q '/cmake/xvk/xvk-config\.cmake$' || fail "libxvk-dev lacks xvk-config.cmake"
+  contents libxvk-dev | grep -q '/pkgconfig/xvk\.pc$' || fail "libxvk-dev lacks xvk.pc"
+  contents libxvk-dev | grep -q 'libxvk\.so\.0' && fail "libxvk-dev holds the runtime library"
+  dpkg-deb --field "$work"/deb/out/libxvk-dev_*.deb Depends | grep -q libdlpack-dev ||
+    fail "libxvk-dev does not depend on libdlpack-dev"
+  echo "Debian packages in $work/deb/out"
+  ;;
+deb-install)
+  have dpkg || skip "dpkg is not installed"
+  [ "$(id -u)" = 0 ] || skip "installing the .deb files needs root (CI runs as root)"
+  ls "$work"/deb/out/libxvk0_*.deb >/dev/null 2>&1 || fail "run the deb-build step first"
+  if dpkg-query -W -f '${Status}' libxvk0 2>/dev/null | grep -q 'ok installed'; then
+    skip "libxvk0 is already installed on this machine; not replacing it"
+  fi
+  cleanup() { dpkg --purge libxvk-dev libxvk0 >/dev/null || echo "warning: could not purge libxvk-dev libxvk0"; }
+  trap cleanup EXIT
+  dpkg -i "$work"/deb/out/libxvk0_*.deb "$work"/deb/out/libxvk-dev_*.deb
+  rm -rf "$work/deb-consumer-find-package"
+  cmake_configure "$consumer" "$work/deb-consumer-find-package"
+  grep '^xvk_DIR' "$work/deb-consumer-find-package/CMakeCache.txt" | grep -q '^xvk_DIR:PATH=/usr/' ||
+    fail "find_package did not find the installed package under /usr"
+  grep '^xvk_DIR' "$work/deb-consumer-find-package/CMakeCache.txt"
+  cmake --build "$work/deb-consumer-find-package"
+  env -u LD_LIBRARY_PATH "$work/deb-consumer-find-package/consumer"
+  unset PKG_CONFIG_PATH
+  build_with_pkg_config "$work/deb-consumer-pkg-config"
+  ldd "$work/deb-consumer-pkg-config" | grep libxvk
+  env -u LD_LIBRARY_PATH "$work/deb-consumer-pkg-config"
   ;;
 *)
   fail "unknown step $step"
