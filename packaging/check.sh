@@ -8,6 +8,7 @@
 #   deb-build      configure a /usr-prefixed build of SOURCE_DIR, cpack -G DEB, check contents
 #   deb-install    dpkg -i libxvk0 and libxvk-dev, build the consumer against /usr both ways,
 #                  run it, then purge the packages again (root only)
+#   conda          run recipe/build.sh with temporary SRC_DIR and PREFIX, once per output
 # Exit status 77 means skipped (CTest SKIP_RETURN_CODE); the reason is printed first.
 # Environment: CC (the C compiler), CMAKE_GENERATOR, CMAKE_MAKE_PROGRAM (forwarded to nested builds).
 set -eu
@@ -130,6 +131,36 @@ deb-install)
   build_with_pkg_config "$work/deb-consumer-pkg-config"
   ldd "$work/deb-consumer-pkg-config" | grep libxvk
   env -u LD_LIBRARY_PATH "$work/deb-consumer-pkg-config"
+  ;;
+conda)
+  # conda-build is not installable here: run recipe/build.sh as conda-build would, with fresh
+  # SRC_DIR (a copy of the source) and PREFIX folders, once for the top-level build and once
+  # per output with PKG_NAME set, and check which files each output adds to PREFIX.
+  rm -rf "$work/conda"
+  mkdir -p "$work/conda/src" "$work/conda/prefix"
+  (cd "$src" && tar --exclude=./build --exclude=./.git --exclude=./out -cf - .) | tar -C "$work/conda/src" -xf -
+  SRC_DIR=$work/conda/src PREFIX=$work/conda/prefix RECIPE_DIR=$work/conda/src/recipe CPU_COUNT=${CPU_COUNT:-2}
+  export SRC_DIR PREFIX RECIPE_DIR CPU_COUNT
+  listing() { (cd "$PREFIX" && find . ! -type d | sort); }
+  (cd "$SRC_DIR" && PKG_NAME=xvk-split bash "$RECIPE_DIR/build.sh")
+  [ -z "$(listing)" ] || fail "the top-level build installed files into PREFIX"
+  for output in libxvk libxvk-dev; do
+    listing > "$work/conda/before"
+    (cd "$SRC_DIR" && PKG_NAME=$output bash "$RECIPE_DIR/build.sh")
+    listing > "$work/conda/after"
+    comm -13 "$work/conda/before" "$work/conda/after" > "$work/conda/$output.files"
+    echo "== output $output adds:"; cat "$work/conda/$output.files"
+  done
+  grep -qx './lib/libxvk.so.0' "$work/conda/libxvk.files" || fail "libxvk lacks lib/libxvk.so.0"
+  grep -q 'include/' "$work/conda/libxvk.files" && fail "libxvk holds headers"
+  for f in ./lib/libxvk.so ./include/xvk/xvk.h ./lib/cmake/xvk/xvk-config.cmake ./lib/pkgconfig/xvk.pc; do
+    grep -qx "$f" "$work/conda/libxvk-dev.files" || fail "libxvk-dev lacks $f"
+  done
+  grep -q 'libxvk\.so\.0' "$work/conda/libxvk-dev.files" && fail "libxvk-dev holds the runtime library"
+  rm -rf "$work/conda/consumer"
+  cmake_configure "$consumer" "$work/conda/consumer" "-DCMAKE_PREFIX_PATH=$PREFIX" >/dev/null
+  cmake --build "$work/conda/consumer"
+  "$work/conda/consumer/consumer"
   ;;
 *)
   fail "unknown step $step"
