@@ -8,6 +8,7 @@
 #   tune       xvk-tune, writing src/cuda/tuning/sm90.cpp, then rebuild
 #   bench      xvk-bench and bench/torch_bench.py, joined by bench/compare.py
 #   quickbench the same on a few shapes
+#   python     the Python binding's tests with the machine's python3 (PyTorch CUDA tensors included)
 # Packages the machine lacks (dlpack and doctest headers and CMake files) can
 # be carried in .devdeps (include/, lib/cmake/), used as a CMake prefix.
 set -uo pipefail
@@ -53,6 +54,10 @@ for stage in "$@"; do
       python3 bench/torch_bench.py "${q[@]}" --csv "$OUT/torch-bench.csv" >"$OUT/torch-bench.log" 2>&1 || tail "$OUT/torch-bench.log"
       head -4 "$OUT/torch-bench.log"
       python3 bench/compare.py "$OUT/xvk-bench.csv" "$OUT/torch-bench.csv" --out "$OUT/compare.txt" | tail -60 ;;
+    python)
+      log python
+      LD_LIBRARY_PATH=$PWD/$BUILD/lib XVK_BACKEND_PATH=$PWD/$BUILD/lib PYTHONPATH=$PWD/bindings/python \
+        PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -v -p no:cacheprovider bindings/python/tests 2>&1 | tee "$OUT/python.log" | tail -25 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

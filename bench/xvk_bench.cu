@@ -99,7 +99,7 @@ const char *variant_name(xvk::gpu::Variant v) {
 }
 
 // What the tuning table picks for a contiguous case on this device.
-std::string chosen_variant(const std::string &op, const DType &t, int64_t cols) {
+std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, int64_t cols) {
   using namespace xvk::gpu;
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -109,7 +109,7 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t cols) 
                           ? (op.find("bwd") != std::string::npos ? OpKind::kSoftmaxBackward : OpKind::kSoftmaxForward)
                           : (op.find("bwd") != std::string::npos ? OpKind::kNormBackward : OpKind::kNormForward);
   const int vec = cols % int64_t(16 / t.size) == 0 ? int(16 / t.size) : 1;
-  const Config c = choose_config(tuning_table_for(arch), kind, t.id, cols, vec, prop.warpSize);
+  const Config c = choose_config(tuning_table_for(arch), kind, t.id, rows, cols, vec, prop.warpSize);
   char s[64];
   if (c.variant == Variant::kGroup)
     std::snprintf(s, sizeof s, "group%d.p%d.r%d.t%d", c.group, c.packs, c.rows, c.threads);
@@ -168,7 +168,7 @@ Result run_case(xvk_context *ctx, const Case &c) {
   }
   r.us = time_us(launch);
   r.ceiling_us = copy_ceiling(size_t(r.bytes)).best();
-  r.variant = chosen_variant(c.op, t, c.cols);
+  r.variant = chosen_variant(c.op, t, c.rows, c.cols);
   return r;
 }
 

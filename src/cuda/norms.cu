@@ -574,7 +574,7 @@ int norm_forward_vec(const xvk_norm_forward_args &a) {
 xvk_status_t norm_forward(Context &ctx, const xvk_norm_forward_args &a, const Config *forced) {
   const int vec = norm_forward_vec(a);
   const Config c = forced ? *forced
-                          : choose_config(*ctx.info->table, OpKind::kNormForward, a.dtype, a.cols, vec, ctx.info->warp_size);
+                          : choose_config(*ctx.info->table, OpKind::kNormForward, a.dtype, a.rows, a.cols, vec, ctx.info->warp_size);
   xvk_status_t status = XVK_ERROR_INTERNAL;
   with_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -589,7 +589,7 @@ xvk_status_t norm_backward(Context &ctx, const xvk_norm_backward_args &a, const 
                   rows_aligned(a.dx, kVectorBytes, es) && params_aligned(a.gamma);
   const int vec = ok ? int(v) : 1;
   const Config c = forced ? *forced
-                          : choose_config(*ctx.info->table, OpKind::kNormBackward, a.dtype, a.cols, vec, ctx.info->warp_size);
+                          : choose_config(*ctx.info->table, OpKind::kNormBackward, a.dtype, a.rows, a.cols, vec, ctx.info->warp_size);
   xvk_status_t status = XVK_ERROR_INTERNAL;
   with_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);

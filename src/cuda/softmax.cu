@@ -291,7 +291,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
 
 template <bool kForward, class Args>
 xvk_status_t run(Context &ctx, const Args &a, int vec, OpKind op, const Config *forced) {
-  const Config c = forced ? *forced : choose_config(*ctx.info->table, op, a.dtype, a.cols, vec, ctx.info->warp_size);
+  const Config c = forced ? *forced : choose_config(*ctx.info->table, op, a.dtype, a.rows, a.cols, vec, ctx.info->warp_size);
   xvk_status_t status = XVK_ERROR_INTERNAL;
   with_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -80,13 +80,14 @@ Config default_config(OpKind op, int64_t cols, int vec, int warp_size) {
   return c;
 }
 
-Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t cols, int vec, int warp_size) {
+Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t rows, int64_t cols, int vec,
+                     int warp_size) {
   // Tables are tuned on the vector path; the scalar path (odd sizes, unaligned
   // tensors) takes the default rule.
   if (vec > 1) {
     for (int i = 0; i < table.count; ++i) {
       const TuningEntry &e = table.entries[i];
-      if (e.op != int(op) || e.dtype != dtype || cols > e.max_cols) continue;
+      if (e.op != int(op) || e.dtype != dtype || rows > e.max_rows || cols > e.max_cols) continue;
       Config c;
       c.variant = Variant(e.variant);
       c.vec = vec;

@@ -44,12 +44,15 @@ struct Config {
   int blocks_per_sm = 0;  // cap on resident blocks per SM used for the grid; 0: as many as fit
 };
 
-// One row of a tuning table: for `op` on `dtype`, rows of up to max_cols
-// columns (the first matching row in ascending max_cols wins) use this
-// variant. packs and threads follow from the others (see choose_config).
+// One row of a tuning table: for `op` on `dtype`, calls with at most
+// max_rows rows of at most max_cols columns use this variant (the first
+// matching entry wins; tables list entries by ascending max_rows, then
+// max_cols). The row bound matters because the best grid for few rows is not
+// the best for many (the norm backward's partial sums grow with the grid).
 struct TuningEntry {
   int op;         // OpKind
   int dtype;      // xvk_dtype_id
+  int64_t max_rows;
   int64_t max_cols;
   int variant;    // Variant
   int group;      // kGroup: lanes per row
@@ -71,8 +74,9 @@ const TuningTable &tuning_table_for(const char *arch);
 // The configuration for one call. `vec` is the vector width the tensors'
 // alignment allows (1 when any pointer or stride breaks it). A table row that
 // does not fit the call (say, too many threads) falls back to the default
-// rule, never to a failure. `forced` (the tuner) bypasses the table.
-Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t cols, int vec, int warp_size);
+// rule, never to a failure.
+Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t rows, int64_t cols, int vec,
+                     int warp_size);
 
 // The default rule: registers while a row fits, re-reading beyond.
 Config default_config(OpKind op, int64_t cols, int vec, int warp_size);
