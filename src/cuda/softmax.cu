@@ -59,8 +59,12 @@ struct LogitsRow {
     load_vec<T, VEC>(x + col, z);
     float m[VEC];
     if (mask) load_vec<T, VEC>(mask + col, m);
+    // Tested as i < limit - col rather than col + i < limit: the same test,
+    // but hipcc (ROCm 5.2) hoisted every 64-bit col + i out of the row loop
+    // and spilled them to scratch in the widest register kernels.
+    const int64_t left = limit - col;
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) z[i] = col + i < limit ? z[i] * a.scale + (mask ? m[i] : 0.0f) : kNegInf;
+    for (int i = 0; i < VEC; ++i) z[i] = i < left ? z[i] * a.scale + (mask ? m[i] : 0.0f) : kNegInf;
   }
 };
 
