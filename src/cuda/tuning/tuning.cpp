@@ -4,8 +4,13 @@
 
 namespace xvk::gpu {
 
+extern const TuningTable kTuningDefault;  // tuning/default.cpp: the default rule
+#if XVK_TUNING_HIP
+extern const TuningTable kTuningCdnaWave64;  // src/hip/tuning/cdna_wave64.cpp (untuned)
+extern const TuningTable kTuningRdnaWave32;  // src/hip/tuning/rdna_wave32.cpp (untuned)
+#else
 extern const TuningTable kTuningSm90;  // tuning/sm90.cpp, produced by xvk-tune
-extern const TuningTable kTuningDefault;
+#endif
 
 namespace {
 
@@ -17,10 +22,29 @@ int next_pow2(int64_t v) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Every architecture with a table of its own, for both backends: the CUDA
+// module is built with the NVIDIA rows, the HIP module (XVK_TUNING_HIP) with
+// the AMD ones. The AMD names are the targets the hip preset compiles for.
+struct ArchTable {
+  const char *arch;  // DeviceInfo::arch: "sm_90", or gcnArchName up to its first ':'
+  const TuningTable *table;
+};
+const ArchTable kArchTables[] = {
+#if XVK_TUNING_HIP
+    {"gfx908", &kTuningCdnaWave64},   // MI100
+    {"gfx90a", &kTuningCdnaWave64},   // MI200
+    {"gfx940", &kTuningCdnaWave64},   // MI300 series, early ISA (ROCm 5.2 has no gfx942)
+    {"gfx1030", &kTuningRdnaWave32},  // Navi 21: RX 6800/6900, PRO W6800
+#else
+    {"sm_90", &kTuningSm90},
+#endif
+};
+
 }  // namespace
 
 const TuningTable &tuning_table_for(const char *arch) {
-  if (std::strcmp(arch, "sm_90") == 0) return kTuningSm90;
+  for (const ArchTable &t : kArchTables)
+    if (std::strcmp(arch, t.arch) == 0) return *t.table;
   return kTuningDefault;
 }
 
