@@ -19,6 +19,13 @@ struct BlockSizes {
   int reread_threads;  // kReread: threads per block
 };
 
+// Backward register kernels hold four arrays per element (dy, x-hat and the
+// dgamma/dbeta sums); with 64 elements per lane (8 vectors of 16-bit values)
+// they spill on every AMD target: to scratch on gfx1030, into AGPRs on gfx908
+// and gfx90a (src/hip/DISASSEMBLY.md, resources). The tables stop at 32 and
+// let wider rows take the re-read variant.
+inline constexpr int kMaxBackwardElems = 32;
+
 // Bands per (operator, dtype): 8 group bands, at most 4 + 1 block bands, and
 // the reread band.
 inline constexpr int kMaxBandsPerCase = 14;
@@ -61,17 +68,19 @@ constexpr Table make_table(BlockSizes s) {
       add(128, Variant::kGroup, 32, 1, 1, s.group_threads);
       // A block per row: the fewest vectors per lane (packs) that keep the
       // block at block_threads, as long as the kernel's launch bound (its
-      // register budget) allows that many threads.
+      // register budget) allows that many threads, and at most
+      // kMaxBackwardElems elements per lane in the backward kernels.
+      const int max_packs = backward ? kMaxBackwardElems / vec : kMaxBlockPacks;
       int64_t covered = 128;
-      for (int packs = 1; packs <= kMaxBlockPacks; packs *= 2) {
+      for (int packs = 1; packs <= max_packs; packs *= 2) {
         const int64_t upto = int64_t(packs) * s.block_threads;
         if (upto <= covered || s.block_threads > register_kernel_max_threads(backward, packs * vec)) continue;
         add(upto, Variant::kBlock, 0, 1, packs, 0);
         covered = upto;
       }
       // Wider rows: the most packs, with the block growing up to the bound.
-      const int bound = register_kernel_max_threads(backward, kMaxBlockPacks * vec);
-      if (int64_t(kMaxBlockPacks) * bound > covered) add(int64_t(kMaxBlockPacks) * bound, Variant::kBlock, 0, 1, kMaxBlockPacks, 0);
+      const int bound = register_kernel_max_threads(backward, max_packs * vec);
+      if (int64_t(max_packs) * bound > covered) add(int64_t(max_packs) * bound, Variant::kBlock, 0, 1, max_packs, 0);
       // Rows too wide for registers are streamed twice.
       add(int64_t(1) << 40, Variant::kReread, 0, 1, 1, s.reread_threads);
     }
