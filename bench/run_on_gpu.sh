@@ -3,7 +3,8 @@
 # logs and CSVs to $OUT (or ./gpu-out). Stages, in the order given:
 #   build      configure and build (sm_90 only, unless CUDA_ARCHS is set)
 #   demo       xvk-demo on the best backend
-#   test       the GPU suite (and the CPU suites) through ctest
+#   test       every suite through ctest (bindings and packaging need Debian's tools)
+#   gputest    the GPU suite alone (ctest -L gpu)
 #   sanitize   the GPU suite under compute-sanitizer memcheck and racecheck
 #   tune       xvk-tune, writing src/cuda/tuning/sm90.cpp, then rebuild
 #   bench      xvk-bench and bench/torch_bench.py, joined by bench/compare.py
@@ -34,10 +35,13 @@ for stage in "$@"; do
     test)
       log test
       (cd $BUILD && ctest --output-on-failure -j 4 2>&1) | tee "$OUT/ctest.log" | tail -40 ;;
+    gputest)
+      log gputest
+      (cd $BUILD && ctest --output-on-failure -L gpu 2>&1) | tee "$OUT/ctest-gpu.log" | tail -15 ;;
     sanitize)
       log sanitize
       for tool in memcheck racecheck; do
-        XVK_TEST_QUICK=1 XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 \
+        XVK_TEST_QUICK=1 XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 230 compute-sanitizer --tool $tool --error-exitcode 9 \
           $BUILD/bin/test_gpu_ops --test-case-exclude='*2^31*,*65535*' >"$OUT/sanitizer-$tool.log" 2>&1
         echo "$tool exit $?"; tail -4 "$OUT/sanitizer-$tool.log"
       done ;;

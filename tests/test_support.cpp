@@ -139,6 +139,25 @@ Comparison compare(const std::string &what, const std::vector<float> &got, const
   return c;
 }
 
+Tolerance agreement_tolerance(DType output_dtype) {
+  const double agree = output_dtype == DType::f16 ? 2e-3 : output_dtype == DType::bf16 ? 1.6e-2 : 2e-5;
+  return {agree, agree, 0.0};
+}
+
+std::vector<double> agreement_floor(const std::vector<double> &reference, double input_scale,
+                                    const std::vector<double> &row_floor) {
+  if (!row_floor.empty() && reference.size() % row_floor.size() != 0)
+    throw std::invalid_argument("agreement_floor: " + std::to_string(row_floor.size()) + " row floors for " +
+                                std::to_string(reference.size()) + " elements");
+  const double base = std::max(0.05 * max_finite_magnitude(reference), 0.01 * input_scale);
+  std::vector<double> floor(reference.size(), base);
+  if (!row_floor.empty()) {
+    const size_t row_length = reference.size() / row_floor.size();
+    for (size_t i = 0; i < floor.size(); ++i) floor[i] = std::max(base, row_floor[i / row_length]);
+  }
+  return floor;
+}
+
 // ---------------------------------------------------------------------------
 // Contexts
 // ---------------------------------------------------------------------------
@@ -230,8 +249,18 @@ void TensorDesc::resync() {
 // Tensor
 // ---------------------------------------------------------------------------
 
+std::vector<int64_t> padded_row_strides(const std::vector<int64_t> &shape, int inner_ndim, int64_t row_pad) {
+  const int ndim = int(shape.size()), lead = ndim - std::min(std::max(inner_ndim, 0), ndim);
+  std::vector<int64_t> strides(size_t(ndim), 1);
+  int64_t step = 1;
+  for (int k = ndim - 1; k >= lead; --k) strides[size_t(k)] = step, step *= shape[size_t(k)];
+  step += row_pad;  // the distance between rows
+  for (int k = lead - 1; k >= 0; --k) strides[size_t(k)] = step, step *= shape[size_t(k)];
+  return strides;
+}
+
 Tensor::Tensor(xvk_context *ctx, std::vector<int64_t> shape, DType dtype, std::vector<int64_t> strides,
-               uint64_t pad_bytes)
+               uint64_t pad_bytes, uint64_t tail_bytes)
     : ctx_(ctx), dtype_(dtype), shape_(std::move(shape)), strides_(std::move(strides)) {
   const int ndim = int(shape_.size());
   const bool contiguous = strides_.empty();  // then the DLTensor says so with strides == NULL
@@ -248,7 +277,7 @@ Tensor::Tensor(xvk_context *ctx, std::vector<int64_t> shape, DType dtype, std::v
       (extent < 0 ? lo : hi) += extent;
     }
   const size_t elem = dtype_size(dtype_);
-  bytes_ = size_t(pad_bytes) + size_t(hi - lo + 1) * elem;
+  bytes_ = size_t(pad_bytes) + size_t(hi - lo + 1) * elem + size_t(tail_bytes);
   bytes_ = (bytes_ + elem - 1) / elem * elem;
   const xvk_status_t s = xvk_memory_alloc(ctx_, bytes_, &base_);
   if (s != XVK_SUCCESS) throw_xvk("xvk_memory_alloc", s);
@@ -294,10 +323,23 @@ void Tensor::fill(const std::vector<float> &values) {
   restore(bytes);
 }
 
-std::vector<float> Tensor::read() const {
-  const Bytes bytes = snapshot();
-  std::vector<float> out(static_cast<size_t>(numel_));
-  for (int64_t i = 0; i < numel_; ++i) out[size_t(i)] = decode(dtype_, bytes.data() + byte_of(i));
+std::vector<float> Tensor::read() const { return read(0, numel_); }
+
+std::vector<float> Tensor::read(int64_t first, int64_t count) const {
+  if (first < 0 || count < 0 || first > numel_ - count)
+    throw std::invalid_argument("Tensor::read: elements [" + std::to_string(first) + ", +" + std::to_string(count) +
+                                ") of " + std::to_string(numel_));
+  std::vector<float> out(static_cast<size_t>(count));
+  if (count == 0) return out;
+  size_t lo = bytes_, hi = 0;  // the bytes the elements span
+  for (int64_t i = first; i < first + count; ++i) {
+    lo = std::min(lo, byte_of(i));
+    hi = std::max(hi, byte_of(i) + dtype_size(dtype_));
+  }
+  Bytes bytes(hi - lo);
+  copy_to_host(ctx_, bytes.data(), static_cast<const unsigned char *>(base_) + lo, bytes.size());
+  for (int64_t i = first; i < first + count; ++i)
+    out[size_t(i - first)] = decode(dtype_, bytes.data() + (byte_of(i) - lo));
   return out;
 }
 
@@ -305,7 +347,10 @@ void Tensor::poison() {
   const std::vector<unsigned char> nan = nan_bytes(dtype_);
   const size_t elem = nan.size(), phase = size_t(t_.byte_offset % elem);
   Bytes bytes(bytes_);
-  for (size_t k = 0; k < bytes_; ++k) bytes[k] = nan[(k + elem - phase) % elem];
+  for (size_t k = 0; k < std::min(elem, bytes_); ++k) bytes[k] = nan[(k + elem - phase) % elem];
+  // Repeat the first element's bytes, doubling (the buffer can be gigabytes).
+  for (size_t done = elem; done < bytes_; done *= 2)
+    std::memcpy(bytes.data() + done, bytes.data(), std::min(done, bytes_ - done));
   restore(bytes);
 }
 

@@ -7,6 +7,8 @@
 // Nothing here depends on doctest; suites turn results into assertions.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -89,6 +91,60 @@ Comparison compare(const std::string &what, const std::vector<float> &got, const
                    const std::vector<double> &scale, Tolerance tol);
 
 // ---------------------------------------------------------------------------
+// Agreement of two backends: the GPU suites compare a GPU backend with the
+// CPU backend, not with the float64 oracle. Neither side is exact: both
+// compute in float32 (the GPU with fast intrinsics such as __expf, __logf and
+// rsqrtf, and in another order) and both round to the output dtype. The GPU
+// result g is accepted against the CPU result c when
+//
+//     |g - c| <= agree * (|c| + floor)
+//
+// agree  about two ulps of the output dtype, one for each side's rounding:
+//          f16  2e-3   (~2^-9: two fp16 ulps)
+//          bf16 1.6e-2 (~2^-6: two bf16 ulps)
+//          f32  2e-5   (~2^-15.6, far more than two fp32 ulps: __expf is
+//                       off by up to 2 + 1.173|x| ulps, ~25 ulps at the
+//                       x - max = -20 that softmax rows reach, and GPU and
+//                       CPU round the sums of a row in different orders)
+// floor  float32 arithmetic leaves an error proportional to the magnitude of
+//        the terms an element is computed from, which after cancellation can
+//        be far larger than the element (a softmax gradient near zero, a
+//        normalized value near the mean). There is no oracle to supply those
+//        magnitudes per element, so agreement_floor() estimates them for one
+//        output as the largest of
+//          - 5% of the largest finite |c| of that output,
+//          - 1% of the largest finite |value| among the call's inputs
+//            (statistics such as a mean can be small while their error
+//            follows the data), and
+//          - an optional per-row magnitude that the suite derives from the
+//            operator: e.g. the norms' dx is rstd * (dy * gamma - ...), so its
+//            error follows rstd * max|dy| * max|gamma| over its row.
+//        With the floor there is no separate `tiny`: it is far above the
+//        subnormals that a GPU may flush to zero.
+// NaN must match NaN, an infinity must match exactly, and anything else
+// non-finite fails. These are compare()'s bound and rules with
+// out = acc = agree, tiny = 0 and scale = floor, so suites call
+//     compare(what, gpu, cpu, agreement_floor(cpu, ...), agreement_tolerance(dtype)).
+// These are the values under which the GPU suite passed on an H100: do not
+// loosen them to make a GPU pass.
+// ---------------------------------------------------------------------------
+
+Tolerance agreement_tolerance(DType output_dtype);
+// Largest finite |v| of `values` (0 if none is finite).
+template <typename T>
+double max_finite_magnitude(const std::vector<T> &values) {
+  double m = 0;
+  for (T v : values)
+    if (std::isfinite(v)) m = std::max(m, std::fabs(double(v)));
+  return m;
+}
+// The floor above, one entry per element of `reference` (the CPU result).
+// row_floor: empty, or one entry per row of reference.size() / row_floor.size()
+// consecutive elements.
+std::vector<double> agreement_floor(const std::vector<double> &reference, double input_scale,
+                                    const std::vector<double> &row_floor = {});
+
+// ---------------------------------------------------------------------------
 // Contexts and tensors
 // ---------------------------------------------------------------------------
 
@@ -141,15 +197,22 @@ class TensorDesc {
   bool has_strides_ = false, present_ = false;
 };
 
+// Strides, in elements, of a tensor whose trailing `inner_ndim` dimensions
+// are contiguous and whose rows (the leading dimensions collapsed onto one)
+// lie `row_pad` elements further apart than that: the padded rows of a
+// row-wise operator. row_pad 0 gives contiguous strides.
+std::vector<int64_t> padded_row_strides(const std::vector<int64_t> &shape, int inner_ndim, int64_t row_pad);
+
 // Memory on a context's device holding one tensor of the given shape,
 // dtype, strides (empty: contiguous, and the DLTensor's strides are NULL;
-// given: the DLTensor carries them, they may be negative or leave gaps) and
-// `pad_bytes` of extra room before its lowest element (so byte_offset != 0).
+// given: the DLTensor carries them, they may be negative or leave gaps),
+// `pad_bytes` of extra room before its lowest element (so byte_offset != 0)
+// and `tail_bytes` after its highest one (a guard that catches overruns).
 // The whole allocation, gaps included, can be poisoned and snapshotted.
 class Tensor {
  public:
   Tensor(xvk_context *ctx, std::vector<int64_t> shape, DType dtype, std::vector<int64_t> strides = {},
-         uint64_t pad_bytes = 0);
+         uint64_t pad_bytes = 0, uint64_t tail_bytes = 0);
   ~Tensor();
   Tensor(const Tensor &) = delete;
   Tensor &operator=(const Tensor &) = delete;
@@ -173,6 +236,9 @@ class Tensor {
   // the way in; values already representable are stored exactly).
   void fill(const std::vector<float> &values);
   std::vector<float> read() const;
+  // Logical elements [first, first + count) only, copying just the bytes
+  // they span: for tensors too large to read whole.
+  std::vector<float> read(int64_t first, int64_t count) const;
   // Every element slot of the allocation (gaps and padding too) becomes NaN.
   void poison();
   // Raw bytes of the whole allocation.

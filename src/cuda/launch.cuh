@@ -83,6 +83,17 @@ inline int grid_blocks(const Context &ctx, int64_t work_blocks, int resident_per
   return int(work_blocks < resident ? (work_blocks < 1 ? 1 : work_blocks) : resident);
 }
 
+// Launches a persistent grid-stride kernel over `rows` rows, rows_per_block
+// at a time, with Config c's threads and resident-block cap.
+template <class Kernel, class... Args>
+xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
+                         int64_t rows_per_block, const Args &...args) {
+  const int resident = ctx.blocks_per_sm(kernel, c.threads, 0);
+  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident, c.blocks_per_sm);
+  kernel<<<blocks, c.threads, 0, ctx.stream>>>(args...);
+  return check_launch(name);
+}
+
 // Operators (softmax.cu, norms.cu). `forced` (from the tuner) overrides the
 // tuning table; NULL in normal calls.
 xvk_status_t softmax_forward(Context &ctx, const xvk_softmax_forward_args &a, const Config *forced);

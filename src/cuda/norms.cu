@@ -457,16 +457,6 @@ __global__ void __launch_bounds__(32 * kFinalizeLanes)
   if (dbeta) dbeta[col] = from_float<P>(b);
 }
 
-template <class Kernel, class... Args>
-xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
-                         int64_t rows_per_block, const Args &...args) {
-  const int threads = c.threads;
-  const int resident = ctx.blocks_per_sm(kernel, threads, 0);
-  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident, c.blocks_per_sm);
-  kernel<<<blocks, threads, 0, ctx.stream>>>(args...);
-  return check_launch(name);
-}
-
 template <class T, int VEC>
 xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args &a) {
   xvk_status_t status = XVK_ERROR_INTERNAL;

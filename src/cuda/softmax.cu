@@ -247,17 +247,6 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk
   }
 }
 
-// Launches a grid-stride kernel over `rows` rows, rows_per_block at a time.
-template <class Kernel, class Args>
-xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
-                         int64_t rows_per_block, const Args &a) {
-  const int threads = c.threads;
-  const int resident = ctx.blocks_per_sm(kernel, threads, 0);
-  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident, c.blocks_per_sm);
-  kernel<<<blocks, threads, 0, ctx.stream>>>(a);
-  return check_launch(name);
-}
-
 // Instantiates the kernel that Config c names, for forward or backward.
 template <bool kForward, class T, int VEC, class Args>
 xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
