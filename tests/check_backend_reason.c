@@ -53,7 +53,8 @@ int main(int argc, char **argv) {
   /* "<prefix>GetDeviceCount returned <int> (<text>)" */
   char call[64];
   snprintf(call, sizeof call, "%sGetDeviceCount returned ", argv[1]);
-  if (strncmp(rest, call, strlen(call)) != 0) return fail("the reason does not name the runtime's device-count call", reason);
+  if (strncmp(rest, call, strlen(call)) != 0)
+    return fail("the reason does not name the runtime's device-count call", reason);
   rest += strlen(call);
   if (*rest == '-') ++rest;
   if (*rest < '0' || *rest > '9') return fail("no error code after 'returned'", reason);

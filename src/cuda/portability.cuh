@@ -136,12 +136,13 @@ __device__ __forceinline__ lane_mask_t ballot(bool predicate) {
 }
 
 // Reads a T of 2, 4, 8 or 16 bytes (a Pack) from global memory. On AMD the
-// pointer is cast to the global address space: where LLVM cannot prove that
-// a generic pointer points to global memory it emits flat_load_*, which also
+// pointer is cast to the global address space: where LLVM cannot prove that a
+// generic pointer points to global memory it emits flat_load_*, which also
 // counts against the LDS counter, so waiting for a shuffle's result
-// (ds_bpermute) also waits for those loads. (ROCm 5.2's clang did so for softmax's LogitsRow, whose row
-// pointer is null past the last row.) Every tensor a kernel reads lives in
-// global memory. On NVIDIA this is the plain load it always was.
+// (ds_bpermute) also waits for those loads. ROCm 5.2's clang did so for
+// softmax's LogitsRow, whose row pointer is null past the last row. Every
+// tensor a kernel reads lives in global memory. On NVIDIA this is the plain
+// load it always was.
 #if XVK_GPU_HIP
 template <int BYTES> struct GlobalWord;
 template <> struct GlobalWord<2> { using type = uint16_t; };
