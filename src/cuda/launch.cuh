@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/backend_api.h"
+#include "cuda/common.cuh"
 #include "cuda/portability.cuh"
 #include "cuda/tuning/tuning.hpp"
 
@@ -74,6 +75,27 @@ inline bool rows_aligned(const xvk_rows_view &v, int64_t bytes, int64_t elem_siz
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline int64_t element_size(int dtype) { return dtype == XVK_DTYPE_F32 ? 4 : 2; }
+
+// The configuration of one call: the tuner's forced one, or the device
+// table's choice for the call's shape and the vector width it allows.
+template <class Args>
+Config config_for(const Context &ctx, const Config *forced, OpKind op, const Args &a, int vec) {
+  return forced ? *forced : choose_config(*ctx.info->table, op, a.dtype, a.rows, a.cols, vec, ctx.info->warp_size);
+}
+
+// Runs launch(T{}, IntConst<VEC>{}) for the call's storage type and the
+// config's vector width (the widest, or 1), returning its status.
+template <class F>
+xvk_status_t launch_typed(int dtype, int vec, F &&launch) {
+  xvk_status_t status = XVK_ERROR_INTERNAL;
+  with_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    with_vec<T>(vec, [&](auto v) { status = launch(tag, v); });
+  });
+  return status;
+}
 
 // Grid for a persistent grid-stride kernel: enough blocks to cover the work,
 // at most as many as fit on the device at once (or as the config's cap allows).

@@ -546,8 +546,6 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
   return status;
 }
 
-int element_size(int dtype) { return dtype == XVK_DTYPE_F32 ? 4 : 2; }
-
 // Parameter vectors are read VEC at a time too: in 16-byte pieces.
 bool params_aligned(const void *p) { return !p || aligned_to(p, kVectorBytes); }
 
@@ -563,14 +561,9 @@ int norm_forward_vec(const xvk_norm_forward_args &a) {
 
 xvk_status_t norm_forward(Context &ctx, const xvk_norm_forward_args &a, const Config *forced) {
   const int vec = norm_forward_vec(a);
-  const Config c = forced ? *forced
-                          : choose_config(*ctx.info->table, OpKind::kNormForward, a.dtype, a.rows, a.cols, vec, ctx.info->warp_size);
-  xvk_status_t status = XVK_ERROR_INTERNAL;
-  with_dtype(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    with_vec<T>(c.vec, [&](auto v) { status = forward<T, decltype(v)::value>(ctx, c, a); });
-  });
-  return status;
+  const Config c = config_for(ctx, forced, OpKind::kNormForward, a, vec);
+  return launch_typed(a.dtype, c.vec,
+                      [&](auto tag, auto v) { return forward<decltype(tag), decltype(v)::value>(ctx, c, a); });
 }
 
 xvk_status_t norm_backward(Context &ctx, const xvk_norm_backward_args &a, const Config *forced) {
@@ -578,14 +571,9 @@ xvk_status_t norm_backward(Context &ctx, const xvk_norm_backward_args &a, const 
   const bool ok = a.cols % v == 0 && rows_aligned(a.x, kVectorBytes, es) && rows_aligned(a.dy, kVectorBytes, es) &&
                   rows_aligned(a.dx, kVectorBytes, es) && params_aligned(a.gamma);
   const int vec = ok ? int(v) : 1;
-  const Config c = forced ? *forced
-                          : choose_config(*ctx.info->table, OpKind::kNormBackward, a.dtype, a.rows, a.cols, vec, ctx.info->warp_size);
-  xvk_status_t status = XVK_ERROR_INTERNAL;
-  with_dtype(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    with_vec<T>(c.vec, [&](auto vv) { status = backward<T, decltype(vv)::value>(ctx, c, a); });
-  });
-  return status;
+  const Config c = config_for(ctx, forced, OpKind::kNormBackward, a, vec);
+  return launch_typed(a.dtype, c.vec,
+                      [&](auto tag, auto vv) { return backward<decltype(tag), decltype(vv)::value>(ctx, c, a); });
 }
 
 }  // namespace xvk::gpu

@@ -284,16 +284,12 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
 
 template <bool kForward, class Args>
 xvk_status_t run(Context &ctx, const Args &a, int vec, OpKind op, const Config *forced) {
-  const Config c = forced ? *forced : choose_config(*ctx.info->table, op, a.dtype, a.rows, a.cols, vec, ctx.info->warp_size);
-  xvk_status_t status = XVK_ERROR_INTERNAL;
-  with_dtype(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    with_vec<T>(c.vec, [&](auto v) { status = launch_config<kForward, T, decltype(v)::value>(ctx, c, a); });
+  const Config c = config_for(ctx, forced, op, a, vec);
+  return launch_typed(a.dtype, c.vec, [&](auto tag, auto v) {
+    return launch_config<kForward, decltype(tag), decltype(v)::value>(ctx, c, a);
   });
-  return status;
 }
 
-int element_size(int dtype) { return dtype == XVK_DTYPE_F32 ? 4 : 2; }
 
 }  // namespace
 
