@@ -272,6 +272,99 @@ XVK_API xvk_status_t xvk_rms_norm_backward(xvk_context *ctx, const DLTensor *dy,
                                            const xvk_rms_norm_options *options, DLTensor *dx,
                                            DLTensor *dgamma);
 
+/* ------------------------------------------------------------------------ */
+/* BatchNorm, with fused ReLU and Add+ReLU                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum xvk_activation_t {
+  XVK_ACTIVATION_NONE = 0,
+  XVK_ACTIVATION_RELU = 1 /* max(v, 0); NaN stays NaN */
+} xvk_activation_t;
+
+typedef struct xvk_batch_norm_options {
+  uint32_t struct_size; /* sizeof(xvk_batch_norm_options) */
+  float epsilon;        /* > 0 and finite; default 1e-5 */
+  /* Training forward: running = (1 - momentum) * running + momentum * batch
+   * statistic (the running variance takes the unbiased batch variance);
+   * in [0, 1]; default 0.1. */
+  float momentum;
+  int32_t activation; /* an xvk_activation_t applied after the (optional) add; default NONE */
+  /* Which dimension of x holds the channels: 1 for (N, C, spatial...) shapes
+   * (PyTorch's logical shape, whatever its memory format), or -1 (or
+   * ndim - 1) for (N, spatial..., C) shapes. Default 1. */
+  int32_t channel_axis;
+} xvk_batch_norm_options;
+#define XVK_BATCH_NORM_OPTIONS_INIT \
+  { sizeof(xvk_batch_norm_options), 1e-5f, 0.1f, XVK_ACTIVATION_NONE, 1 }
+
+/* BatchNorm normalizes each channel of x over all its other dimensions
+ * (M = N * spatial values per channel). x has ndim >= 2: N first, C at
+ * options->channel_axis, any number of spatial dimensions (none: the (N, C)
+ * case). x must be dense in one of two memory orders, told apart by its
+ * strides: channels-first (N, C, spatial: PyTorch's contiguous format) or
+ * channels-last (N, spatial, C: PyTorch's channels_last, or plain NHWC).
+ * Any other strides give XVK_ERROR_UNSUPPORTED. Every activation-shaped
+ * tensor of a call (x, z, y, dy, dx, dz) has x's shape, dtype and memory
+ * order. Parameters and statistics (gamma, beta, running_mean, running_var,
+ * saved_mean, saved_rstd, dgamma, dbeta) are float32, contiguous, with C
+ * elements (any shape of C elements).
+ *
+ *   v = (x - mean) * rstd * gamma + beta (+ z),  y = activation(v)
+ *
+ * gamma and beta are optional (absent: 1 and 0); z is optional (the residual
+ * of Add+ReLU).
+ *
+ * The ReLU mask: with XVK_ACTIVATION_RELU the forward can write a bitmask of
+ * "y > 0" (of y as stored), which the backward reads instead of y. Bit i is
+ * bit (i % 32) of 32-bit word i / 32, where i is the element's position in
+ * x's memory order (its offset from the first element, in elements); the
+ * bits past the last element of the last word are 0. The layout does not
+ * depend on the backend or the GPU: a mask written by one backend is read by
+ * any other. The mask tensor has dtype uint32 (or int32), is contiguous and
+ * has exactly xvk_batch_norm_mask_words() elements. */
+
+/* The number of 32-bit words of the ReLU mask of a tensor shaped like x:
+ * ceil(elements / 32). Only x's shape is used; x->data may be NULL. */
+XVK_API xvk_status_t xvk_batch_norm_mask_words(const DLTensor *x, int64_t *words);
+
+/* Training forward: the batch mean and biased variance of each channel
+ * (Welford, fp32 or wider), y as above with rstd = 1 / sqrt(var + epsilon).
+ * Optional outputs: mask (needs XVK_ACTIVATION_RELU); saved_mean and
+ * saved_rstd (the batch mean and rstd, for the backward); running_mean and
+ * running_var (given together, updated in place with options->momentum and
+ * the unbiased variance). Needs M > 1. y may be x or z (in-place). */
+XVK_API xvk_status_t xvk_batch_norm_forward_training(
+    xvk_context *ctx, const DLTensor *x, const DLTensor *z, const DLTensor *gamma,
+    const DLTensor *beta, const xvk_batch_norm_options *options, DLTensor *y, DLTensor *mask,
+    DLTensor *running_mean, DLTensor *running_var, DLTensor *saved_mean, DLTensor *saved_rstd);
+
+/* Inference forward from the running statistics (required):
+ * mean = running_mean, rstd = 1 / sqrt(running_var + epsilon). z and mask
+ * as for training. y may be x or z (in-place). */
+XVK_API xvk_status_t xvk_batch_norm_forward_inference(
+    xvk_context *ctx, const DLTensor *x, const DLTensor *z, const DLTensor *gamma,
+    const DLTensor *beta, const DLTensor *running_mean, const DLTensor *running_var,
+    const xvk_batch_norm_options *options, DLTensor *y, DLTensor *mask);
+
+/* Backward of the training forward, from the output gradient dy, the
+ * forward's x, its saved_mean and saved_rstd (required) and gamma (optional).
+ * With XVK_ACTIVATION_RELU, exactly one of mask (from the forward) or y (the
+ * forward's output) says where y > 0; with NONE both are NULL. With
+ * g = dy where y > 0 (else 0), or g = dy without activation,
+ * xhat = (x - mean) * rstd:
+ *   dbeta = sum(g), dgamma = sum(g * xhat)                 (per channel)
+ *   dx = gamma * rstd * (g - dbeta / M - xhat * dgamma / M)
+ *   dz = g                                   (the gradient of Add+ReLU's z)
+ * dx is required (may be dy or x, in-place); dz (may be dy), dgamma and
+ * dbeta are optional. dy and x must have the memory order the forward saw
+ * (the mask follows it). Reductions are deterministic: the same inputs give
+ * bitwise the same outputs. */
+XVK_API xvk_status_t xvk_batch_norm_backward(
+    xvk_context *ctx, const DLTensor *dy, const DLTensor *x, const DLTensor *mask,
+    const DLTensor *y, const DLTensor *gamma, const DLTensor *saved_mean,
+    const DLTensor *saved_rstd, const xvk_batch_norm_options *options, DLTensor *dx, DLTensor *dz,
+    DLTensor *dgamma, DLTensor *dbeta);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

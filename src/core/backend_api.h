@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define XVK_BACKEND_INTERFACE_VERSION 1
+#define XVK_BACKEND_INTERFACE_VERSION 2
 #define XVK_BACKEND_ENTRY_SYMBOL "xvk_backend_entry"
 
 /* Element types of activations and parameters. */
@@ -90,6 +90,40 @@ typedef struct xvk_norm_backward_args {
   int32_t dparam_dtype;
 } xvk_norm_backward_args;
 
+/* BatchNorm: x seen as n x c x s (s = the product of the spatial dims),
+ * dense, in memory order (n, c, s) or, with channels_last, (n, s, c). Every
+ * activation pointer (x, z, y, dy, dx, dz) shares that layout and the dtype;
+ * data pointers already include byte_offset. Parameters and statistics are
+ * float32, c elements each, NULL when absent. mask: the library's ReLU bitmask
+ * (xvk.h), NULL when absent. */
+typedef struct xvk_batch_norm_forward_args {
+  int64_t n, c, s;
+  int32_t channels_last;
+  int32_t dtype;
+  int32_t training; /* batch statistics; else running_mean/var are read */
+  int32_t relu;
+  float epsilon, momentum;
+  const void *x, *z;
+  void *y;
+  uint32_t *mask;
+  const float *gamma, *beta;
+  float *running_mean, *running_var; /* training: updated when given; inference: read */
+  float *saved_mean, *saved_rstd;    /* training only; each may be NULL */
+} xvk_batch_norm_forward_args;
+
+typedef struct xvk_batch_norm_backward_args {
+  int64_t n, c, s;
+  int32_t channels_last;
+  int32_t dtype;
+  int32_t relu; /* g = dy where mask bit (or y > 0), else 0 */
+  const void *dy, *x, *y; /* y NULL unless relu without a mask */
+  const uint32_t *mask;   /* NULL unless relu with a mask */
+  const float *gamma;
+  const float *saved_mean, *saved_rstd;
+  void *dx, *dz;          /* dz may be NULL */
+  float *dgamma, *dbeta;  /* each may be NULL */
+} xvk_batch_norm_backward_args;
+
 /* Services the core offers to a backend. */
 typedef struct xvk_host_api {
   uint32_t interface_version;
@@ -114,6 +148,8 @@ typedef struct xvk_backend_ops {
   xvk_status_t (*softmax_backward)(void *impl, const xvk_softmax_backward_args *args);
   xvk_status_t (*norm_forward)(void *impl, const xvk_norm_forward_args *args);
   xvk_status_t (*norm_backward)(void *impl, const xvk_norm_backward_args *args);
+  xvk_status_t (*batch_norm_forward)(void *impl, const xvk_batch_norm_forward_args *args);
+  xvk_status_t (*batch_norm_backward)(void *impl, const xvk_batch_norm_backward_args *args);
 } xvk_backend_ops;
 
 /* Each module exports exactly this function (named by XVK_BACKEND_ENTRY_SYMBOL).

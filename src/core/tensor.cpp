@@ -39,17 +39,19 @@ int32_t dtype_id(DLDataType d) {
   if (d.code == kDLFloat && d.bits == 32) return XVK_DTYPE_F32;
   if (d.code == kDLFloat && d.bits == 16) return XVK_DTYPE_F16;
   if (d.code == kDLBfloat && d.bits == 16) return XVK_DTYPE_BF16;
+  if ((d.code == kDLUInt || d.code == kDLInt) && d.bits == 32) return kMaskWordDtype;
   return -1;
 }
 
 std::string allowed_string(unsigned allowed) {
   std::string s;
-  for (int32_t id = XVK_DTYPE_F32; id <= XVK_DTYPE_BF16; ++id)
+  for (int32_t id = XVK_DTYPE_F32; id <= kMaskWordDtype; ++id)
     if (allowed & (1u << id)) s += std::string(s.empty() ? "" : ", ") + dtype_name(id);
   return s;
 }
 
-// Checks common to every tensor argument; fills name, tensor, base, dtype.
+}  // namespace
+
 View check_common(const xvk_context &ctx, const char *name, const DLTensor *t, unsigned allowed) {
   if (!t) fail(XVK_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
   if (t->ndim < 0 || t->ndim > kMaxNdim)
@@ -66,7 +68,8 @@ View check_common(const xvk_context &ctx, const char *name, const DLTensor *t, u
   }
   const int32_t id = dtype_id(t->dtype);
   if (id < 0 || !(allowed & (1u << id)))
-    fail(id < 0 ? XVK_ERROR_UNSUPPORTED : XVK_ERROR_INVALID_ARGUMENT, "%s has dtype %s; expected %s", name,
+    fail(id < 0 || id == kMaskWordDtype ? XVK_ERROR_UNSUPPORTED : XVK_ERROR_INVALID_ARGUMENT,
+         "%s has dtype %s; expected %s", name,
          dtype_string(t->dtype).c_str(), allowed_string(allowed).c_str());
   if (int(t->device.device_type) != int(ctx.device_type) || t->device.device_id != ctx.device_id)
     fail(XVK_ERROR_INVALID_ARGUMENT, "%s is on device (%s, %d); this %s context is on (%s, %d)", name,
@@ -86,11 +89,7 @@ View check_common(const xvk_context &ctx, const char *name, const DLTensor *t, u
   return v;
 }
 
-int64_t numel_of(const DLTensor *t) {
-  int64_t n = 1;
-  for (int k = 0; k < t->ndim; ++k) n *= t->shape[k];
-  return n;
-}
+namespace {
 
 // Byte range [lo, hi) a view can touch; empty for an empty view.
 struct Span {
@@ -131,11 +130,18 @@ bool overlaps(const View &a, const View &b) {
 
 }  // namespace
 
+int64_t numel_of(const DLTensor *t) {
+  int64_t n = 1;
+  for (int k = 0; k < t->ndim; ++k) n *= t->shape[k];
+  return n;
+}
+
 const char *dtype_name(int32_t dtype) {
   switch (dtype) {
     case XVK_DTYPE_F32: return "float32";
     case XVK_DTYPE_F16: return "float16";
     case XVK_DTYPE_BF16: return "bfloat16";
+    case kMaskWordDtype: return "uint32 (or int32)";
   }
   return "unknown";
 }

@@ -13,10 +13,15 @@
 
 namespace xvk {
 
+// 32-bit words of a bitmask (uint32, or int32 for frameworks without uint32):
+// a dtype id of the core only, never handed to a backend as an element type.
+constexpr int32_t kMaskWordDtype = XVK_DTYPE_BF16 + 1;
+
 // Which dtypes a tensor argument may have.
 enum DtypeSet : unsigned {
   kFloat32Only = 1u << XVK_DTYPE_F32,
   kAnyFloat = (1u << XVK_DTYPE_F32) | (1u << XVK_DTYPE_F16) | (1u << XVK_DTYPE_BF16),
+  kMaskWords = 1u << kMaskWordDtype,
 };
 
 // A checked tensor seen as rows x cols, with one row stride (in elements).
@@ -33,6 +38,14 @@ struct View {
 };
 
 const char *dtype_name(int32_t dtype);
+
+// The number of elements of t (the product of its shape; 1 for ndim 0).
+int64_t numel_of(const DLTensor *t);
+
+// The checks every tensor argument gets (not NULL, sane shape, dtype in
+// `allowed`, the context's device, data present and element-aligned); fills
+// name, tensor, base, dtype and elem_size, but not the rows x cols layout.
+View check_common(const xvk_context &ctx, const char *name, const DLTensor *t, unsigned allowed);
 
 // Checks everything a tensor needs whatever its role: not NULL, a sane shape,
 // a dtype in `allowed`, the context's device, data present and aligned.

@@ -66,6 +66,8 @@ const xvk_backend_ops g_ops = {
     &softmax_backward,
     &norm_forward,
     &norm_backward,
+    &batch_norm_forward,
+    &batch_norm_backward,
 };
 
 }  // namespace
