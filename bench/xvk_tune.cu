@@ -207,8 +207,9 @@ int main(int argc, char **argv) {
                 "#include <cstdint>\n\n#include \"cuda/tuning/tuning.hpp\"\n\nnamespace xvk::gpu {\nnamespace {\n\nconst TuningEntry kEntries[] = {\n",
                 ctx.info->arch, prop.name, prop.multiProcessorCount, date, (long long)max_rows, g_reps);
   std::string file = std::string(head) + table + "};\n\n}  // namespace\n\nextern const TuningTable kTuningSm90;\n" +
+                     "extern const BatchNormTuning kBatchNormSm90;  // sm90_batch_norm.cpp\n" +
                      "const TuningTable kTuningSm90 = {\"" + ctx.info->arch + ": tuned on " + prop.name + ", " + date +
-                     "\", kEntries, " + std::to_string(entries) + "};\n\n}  // namespace xvk::gpu\n";
+                     "\", kEntries, " + std::to_string(entries) + ", &kBatchNormSm90};\n\n}  // namespace xvk::gpu\n";
   if (out_path) {
     FILE *f = std::fopen(out_path, "w");
     std::fputs(file.c_str(), f);

@@ -19,6 +19,8 @@ struct DeviceInfo {
   int sm_count = 0;
   int warp_size = kMinWarpSize;  // read from the device: 32, or 64 on AMD CDNA
   int max_threads_per_sm = 2048;
+  int max_smem_per_block = 48 * 1024;  // with the opt-in for dynamic shared memory
+  bool cooperative_launch = false;
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;
 };
@@ -32,6 +34,9 @@ struct Context {
   const DeviceInfo *info = nullptr;
   void *scratch = nullptr;  // grows, never shrinks: no allocation once warmed up
   size_t scratch_bytes = 0;
+  // Completion counters of "last block finishes" kernels: zeroed once when
+  // allocated; each kernel leaves its counter at 0 again when it ends.
+  unsigned *counters = nullptr;
   // (kernel, threads) -> blocks per SM, queried once per shape.
   struct KernelShape {
     const void *kernel;
@@ -47,6 +52,9 @@ struct Context {
 
   // Scratch of at least `bytes` on the device, reused across calls.
   error_t workspace(size_t bytes, void **out);
+  // The context's zeroed completion counters (kCounters of them).
+  static constexpr int kCounters = 64;
+  error_t completion_counters(unsigned **out);
   // Blocks per SM for a kernel at its launch shape (queried once per kernel).
   template <class Kernel>
   int blocks_per_sm(Kernel kernel, int threads, size_t smem) {
@@ -59,6 +67,9 @@ struct Context {
     return blocks;
   }
 };
+
+// Records a failure's detail for this thread (the core prefixes the entry point).
+void report_error(const char *message);
 
 // Reports a runtime failure through the host and returns XVK_ERROR_DEVICE.
 xvk_status_t device_error(const char *what, error_t e);
@@ -122,6 +133,8 @@ xvk_status_t softmax_forward(Context &ctx, const xvk_softmax_forward_args &a, co
 xvk_status_t softmax_backward(Context &ctx, const xvk_softmax_backward_args &a, const Config *forced);
 xvk_status_t norm_forward(Context &ctx, const xvk_norm_forward_args &a, const Config *forced);
 xvk_status_t norm_backward(Context &ctx, const xvk_norm_backward_args &a, const Config *forced);
+xvk_status_t batch_norm_forward(Context &ctx, const xvk_batch_norm_forward_args &a, const Config *forced);
+xvk_status_t batch_norm_backward(Context &ctx, const xvk_batch_norm_backward_args &a, const Config *forced);
 
 // Which vector width a call can use, for the tuner and the tests.
 int softmax_forward_vec(const xvk_softmax_forward_args &a);

@@ -84,6 +84,7 @@ xvk_status_t context_destroy(void *impl) {
   auto *ctx = static_cast<Context *>(impl);
   xvk_status_t status = context_synchronize(impl);
   if (ctx->scratch) (void)free_device(ctx->scratch);
+  if (ctx->counters) (void)free_device(ctx->counters);
   delete ctx;
   return status;
 }
@@ -141,6 +142,8 @@ const xvk_backend_ops g_ops = {
     &run_op<xvk_softmax_backward_args, softmax_backward>,
     &run_op<xvk_norm_forward_args, norm_forward>,
     &run_op<xvk_norm_backward_args, norm_backward>,
+    &run_op<xvk_batch_norm_forward_args, batch_norm_forward>,
+    &run_op<xvk_batch_norm_backward_args, batch_norm_backward>,
 };
 
 }  // namespace
@@ -158,6 +161,8 @@ const DeviceInfo &device_info(int id) {
     info.sm_count = prop.multiProcessorCount;
     info.warp_size = prop.warpSize;
     info.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+    info.max_smem_per_block = max_smem_per_block(prop);
+    info.cooperative_launch = prop.cooperativeLaunch != 0;
 #if XVK_GPU_HIP
     std::snprintf(info.arch, sizeof info.arch, "%.*s", int(std::strcspn(prop.gcnArchName, ":")), prop.gcnArchName);
 #else
@@ -178,6 +183,24 @@ error_t Context::workspace(size_t bytes, void **out) {
     scratch_bytes = bytes;
   }
   *out = scratch;
+  return kSuccess;
+}
+
+void report_error(const char *message) { report(message); }
+
+error_t Context::completion_counters(unsigned **out) {
+  if (!counters) {
+    void *p = nullptr;
+    error_t e = malloc_device(&p, kCounters * sizeof(unsigned));
+    if (e != kSuccess) return e;
+    e = memset_async(p, 0, kCounters * sizeof(unsigned), stream);  // ordered before the kernels that use it
+    if (e != kSuccess) {
+      (void)free_device(p);
+      return e;
+    }
+    counters = static_cast<unsigned *>(p);
+  }
+  *out = counters;
   return kSuccess;
 }
 

@@ -54,6 +54,18 @@ template <class Kernel>
 inline error_t occupancy_blocks_per_sm(int *blocks, Kernel kernel, int threads, size_t smem) {
   return hipOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, smem);
 }
+template <class Kernel>
+inline error_t set_max_dynamic_smem(Kernel kernel, int bytes) {
+  return hipFuncSetAttribute(reinterpret_cast<const void *>(kernel), hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+// A launch whose blocks are all resident at once, so they may wait for each other.
+template <class Kernel>
+inline error_t launch_cooperative(Kernel kernel, unsigned blocks, unsigned threads, void **args, size_t smem,
+                                  stream_t s) {
+  return hipLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(threads), args,
+                                    unsigned(smem), s);
+}
+inline int max_smem_per_block(const device_prop_t &p) { return int(p.sharedMemPerBlock); }
 inline constexpr const char *kRuntimeName = "HIP";
 inline constexpr const char *kBackendName = "hip";  // also the prefix of the runtime API
 #else
@@ -84,6 +96,18 @@ template <class Kernel>
 inline error_t occupancy_blocks_per_sm(int *blocks, Kernel kernel, int threads, size_t smem) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, smem);
 }
+template <class Kernel>
+inline error_t set_max_dynamic_smem(Kernel kernel, int bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+// A launch whose blocks are all resident at once, so they may wait for each other.
+template <class Kernel>
+inline error_t launch_cooperative(Kernel kernel, unsigned blocks, unsigned threads, void **args, size_t smem,
+                                  stream_t s) {
+  return cudaLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(threads), args, smem,
+                                     s);
+}
+inline int max_smem_per_block(const device_prop_t &p) { return int(p.sharedMemPerBlockOptin); }
 inline constexpr const char *kRuntimeName = "CUDA";
 inline constexpr const char *kBackendName = "cuda";  // also the prefix of the runtime API
 #endif
@@ -121,6 +145,15 @@ inline constexpr lane_mask_t kAllLanes = ~lane_mask_t(0);
 __device__ __forceinline__ float shfl_xor(float v, int lane_mask, int width) {
 #if XVK_GPU_HIP
   return __shfl_xor(v, lane_mask, width);
+#else
+  return __shfl_xor_sync(kAllLanes, v, lane_mask, width);
+#endif
+}
+
+// The same for 32-bit words (bitmask pieces).
+__device__ __forceinline__ uint32_t shfl_xor_u32(uint32_t v, int lane_mask, int width) {
+#if XVK_GPU_HIP
+  return uint32_t(__shfl_xor(int(v), lane_mask, width));
 #else
   return __shfl_xor_sync(kAllLanes, v, lane_mask, width);
 #endif

@@ -5,6 +5,6 @@
 namespace xvk::gpu {
 
 extern const TuningTable kTuningDefault;
-const TuningTable kTuningDefault = {"default rule (untuned)", nullptr, 0};
+const TuningTable kTuningDefault = {"default rule (untuned)", nullptr, 0, nullptr};
 
 }  // namespace xvk::gpu

@@ -352,6 +352,7 @@ const TuningEntry kEntries[] = {
 }  // namespace
 
 extern const TuningTable kTuningSm90;
-const TuningTable kTuningSm90 = {"sm_90: tuned on NVIDIA H100 80GB HBM3, 2026-11-22", kEntries, 336};
+extern const BatchNormTuning kBatchNormSm90;  // sm90_batch_norm.cpp
+const TuningTable kTuningSm90 = {"sm_90: tuned on NVIDIA H100 80GB HBM3, 2026-11-22", kEntries, 336, &kBatchNormSm90};
 
 }  // namespace xvk::gpu

@@ -62,10 +62,20 @@ struct TuningEntry {
   int blocks_per_sm;  // 0: as many as fit; else a cap (keeps re-read rows in L2, bounds partial sums)
 };
 
+// BatchNorm's training forward runs as two passes over x (statistics, then
+// normalize) or, when the activation fits in the shared memory of all SMs, as
+// one cooperative kernel that keeps it there across a grid-wide barrier and
+// reads x once. The table says up to what size the single pass is worth it.
+struct BatchNormTuning {
+  int64_t single_pass_max_bytes;  // activation bytes; 0: never single pass
+  const char *source;             // the measurement behind the number
+};
+
 struct TuningTable {
   const char *name;  // where and how it was produced
   const TuningEntry *entries;
   int count;
+  const BatchNormTuning *batch_norm;  // NULL: BatchNorm takes the default (two passes)
 };
 
 // The table for an architecture (e.g. "sm_90"), or the conservative default.

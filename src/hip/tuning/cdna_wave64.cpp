@@ -32,6 +32,6 @@ constexpr untuned::Table kTable = untuned::make_table({/*group_threads=*/256, /*
 
 extern const TuningTable kTuningCdnaWave64;
 const TuningTable kTuningCdnaWave64 = {"CDNA wave64 (gfx908/gfx90a/gfx940): untuned defaults", kTable.entries.data(),
-                                       kTable.count};
+                                       kTable.count, nullptr};
 
 }  // namespace xvk::gpu

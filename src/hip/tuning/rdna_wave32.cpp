@@ -29,6 +29,7 @@ constexpr untuned::Table kTable = untuned::make_table({/*group_threads=*/128, /*
 }  // namespace
 
 extern const TuningTable kTuningRdnaWave32;
-const TuningTable kTuningRdnaWave32 = {"RDNA wave32 (gfx1030): untuned defaults", kTable.entries.data(), kTable.count};
+const TuningTable kTuningRdnaWave32 = {"RDNA wave32 (gfx1030): untuned defaults", kTable.entries.data(), kTable.count,
+                                         nullptr};
 
 }  // namespace xvk::gpu
