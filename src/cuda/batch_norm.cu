@@ -650,7 +650,7 @@ bool with_group(int g, F &&f) {
 struct Plan {
   Shape sh;
   bool channels_last;
-  int reduce_vec;  // > 1: the widest vector (16 bytes) in the reduction
+  int reduce_vec;  // elements per access in the reduction: 16 or 8 bytes' worth, or 1
   int apply_vec;   // > 1: the widest vector in the elementwise pass
 };
 
@@ -665,7 +665,9 @@ Plan make_plan(int64_t n, int64_t c, int64_t s, bool channels_last, std::initial
   // Pass 2 is flat: only the pointers matter. Pass 1 also needs each run
   // (a plane, or a row of channels) to start on a vector boundary.
   p.apply_vec = aligned ? vec : 1;
-  p.reduce_vec = aligned && (channels_last ? c : s) % vec == 0 ? vec : 1;
+  // 14 x 14 planes (196 elements) are not whole 16-byte vectors of fp16 but are of 8-byte ones.
+  const int64_t run = channels_last ? c : s;
+  p.reduce_vec = !aligned ? 1 : run % vec == 0 ? vec : run % (vec / 2) == 0 ? vec / 2 : 1;
   return p;
 }
 
@@ -741,8 +743,10 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
       *coef_out = w.coef;
     }
   };
-  if (p.reduce_vec > 1)
+  if (p.reduce_vec == kMaxVec<T>)
     run(IntConst<kMaxVec<T>>{});
+  else if (p.reduce_vec == kMaxVec<T> / 2)
+    run(IntConst<kMaxVec<T> / 2>{});
   else
     run(IntConst<1>{});
   return status;
