@@ -46,6 +46,10 @@ struct Layout {
 // first). NULL strides are row-major over the logical shape. Size-1
 // dimensions carry no stride.
 bool dense_in_order(const DLTensor *t, const std::vector<int> &order) {
+  // An empty tensor addresses nothing: any strides will do (PyTorch gives
+  // size-0 dimensions the strides of size 1).
+  for (int k = 0; k < t->ndim; ++k)
+    if (t->shape[k] == 0) return true;
   int64_t expected = 1;
   for (auto k = order.rbegin(); k != order.rend(); ++k) {
     const int64_t stride = t->strides ? t->strides[*k] : 0;
@@ -84,8 +88,8 @@ Layout layout_of(const View &xv, int32_t channel_axis) {
   if (channel_axis == 1 || channel_axis == -1 || channel_axis == t->ndim - 1)
     l.axis = channel_axis == -1 ? t->ndim - 1 : channel_axis;
   else
-    fail(XVK_ERROR_INVALID_ARGUMENT, "options->channel_axis is %d; expected 1, -1 or %d (x has %d dimensions)",
-         channel_axis, t->ndim - 1, t->ndim);
+    fail(XVK_ERROR_INVALID_ARGUMENT, "options->channel_axis is %d; expected 1, -1 or %d (%s has %d dimensions)",
+         channel_axis, t->ndim - 1, xv.name, t->ndim);
   l.n = t->shape[0];
   l.c = t->shape[l.axis];
   for (int k = 1; k < t->ndim; ++k)
@@ -110,7 +114,7 @@ View check_activation(const xvk_context &c, const char *name, const DLTensor *t,
   std::vector<int> first, last;
   orders_of(t->ndim, l.axis, first, last);
   if (!dense_in_order(t, l.channels_last ? last : first))
-    fail(XVK_ERROR_INVALID_ARGUMENT, "%s's strides do not give x's memory order (%s)", name,
+    fail(XVK_ERROR_INVALID_ARGUMENT, "%s's strides do not give %s's memory order (%s)", name, x.name,
          l.channels_last ? "dense channels-last: N, spatial, C" : "dense channels-first: N, C, spatial");
   v.rows = 1;
   v.cols = numel_of(t);
@@ -127,14 +131,31 @@ View check_x(const xvk_context &c, const char *name, const DLTensor *t, int32_t 
   return v;
 }
 
+// A contiguous tensor of any shape (size-1 dimensions carry no stride), as one row.
+View check_contiguous(const xvk_context &c, const char *name, const DLTensor *t, unsigned allowed) {
+  View v = check_common(c, name, t, allowed);
+  if (t->strides) {
+    int64_t expected = 1;
+    for (int k = t->ndim - 1; k >= 0; --k) {
+      if (t->shape[k] != 1 && t->strides[k] != expected)
+        fail(XVK_ERROR_UNSUPPORTED, "%s has stride %lld in dimension %d, expected %lld: it must be contiguous", name,
+             (long long)t->strides[k], k, (long long)expected);
+      expected *= t->shape[k];
+    }
+  }
+  v.rows = 1;
+  v.cols = numel_of(t);
+  v.row_stride = v.cols;
+  return v;
+}
+
 // A per-channel float32 vector: contiguous, c elements, any shape.
 View check_channel_vector(const xvk_context &c, const char *name, const DLTensor *t, const Layout &l) {
   if (!t) return View{};
-  const View v = check_rows(c, name, t, kFloat32Only, t->ndim, true);
-  const int64_t numel = numel_of(t);
-  if (numel != l.c)
+  const View v = check_contiguous(c, name, t, kFloat32Only);
+  if (v.cols != l.c)
     fail(XVK_ERROR_INVALID_ARGUMENT, "%s has %lld elements, expected %lld (the number of channels)", name,
-         (long long)numel, (long long)l.c);
+         (long long)v.cols, (long long)l.c);
   return v;
 }
 
@@ -144,17 +165,18 @@ View check_mask(const xvk_context &c, const char *name, const DLTensor *t, const
   if (!t) return View{};
   if (!relu)
     fail(XVK_ERROR_INVALID_ARGUMENT, "%s is given but options->activation is not XVK_ACTIVATION_RELU", name);
-  const View v = check_rows(c, name, t, kMaskWords, t->ndim, output);
-  const int64_t words = mask_words_of(x.cols), numel = numel_of(t);
+  (void)output;
+  const View v = check_contiguous(c, name, t, kMaskWords);
+  const int64_t words = mask_words_of(x.cols), numel = v.cols;
   if (numel != words)
     fail(XVK_ERROR_INVALID_ARGUMENT, "%s has %lld elements, expected %lld (xvk_batch_norm_mask_words of %s)", name,
          (long long)numel, (long long)words, x.name);
   return v;
 }
 
-void check_values_per_channel(const Layout &l, const char *what) {
+void check_values_per_channel(const View &x, const Layout &l, const char *what) {
   if (l.c > 0 && l.n * l.s < 2)
-    fail(XVK_ERROR_INVALID_ARGUMENT, "x has %lld value(s) per channel; %s needs more than 1",
+    fail(XVK_ERROR_INVALID_ARGUMENT, "%s has %lld value(s) per channel; %s needs more than 1", x.name,
          (long long)(l.n * l.s), what);
 }
 
@@ -173,7 +195,7 @@ xvk_status_t forward(bool training, xvk_context *ctx, const DLTensor *x, const D
   const xvk_context &c = live_context(ctx);
   Layout l;
   const View xv = check_x(c, "x", x, o.channel_axis, l);
-  if (training) check_values_per_channel(l, "training");
+  if (training) check_values_per_channel(xv, l, "training");
   const View zv = z ? check_activation(c, "z", z, xv, l) : View{};
   const View yv = check_activation(c, "y", y, xv, l);
   const View gv = check_channel_vector(c, "gamma", gamma, l);
@@ -220,7 +242,7 @@ xvk_status_t backward(xvk_context *ctx, const DLTensor *dy, const DLTensor *x, c
   const xvk_context &c = live_context(ctx);
   Layout l;
   const View dyv = check_x(c, "dy", dy, o.channel_axis, l);
-  check_values_per_channel(l, "the backward of training");
+  check_values_per_channel(dyv, l, "the backward of training");
   const View xv = check_activation(c, "x", x, dyv, l);
   if (o.relu && !mask == !y)
     fail(XVK_ERROR_INVALID_ARGUMENT, mask ? "mask and y are both given; pass exactly one (mask is the cheaper)"
