@@ -9,6 +9,13 @@
 #   tune       xvk-tune, writing src/cuda/tuning/sm90.cpp, then rebuild
 #   bench      xvk-bench and bench/torch_bench.py, joined by bench/compare.py
 #   quickbench the same on a few shapes
+#   bnbench    BatchNorm: xvk-bench --batch-norm, bench/torch_bench.py --batch-norm (eager, relu backward
+#              alone, torch.compile within BN_COMPILE_BUDGET seconds, default 110), joined by
+#              bench/compare_batch_norm.py; about 4 minutes on an H100. BN_REPS (default 50) and
+#              BN_BIG_REPS (default BN_REPS: shapes of >= 100M elements) set the launches per case (>= 20)
+#   quickbnbench the same on two shapes
+#   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
+#   bnsinglepass  the single-pass (cooperative) training forward against the two-pass one (XVK_BATCH_NORM_SINGLE_PASS)
 #   python     the Python binding's tests with the machine's python3 (PyTorch CUDA tensors included)
 # Packages the machine lacks (dlpack and doctest headers and CMake files) can
 # be carried in .devdeps (include/, lib/cmake/), used as a CMake prefix.
@@ -45,6 +52,13 @@ for stage in "$@"; do
           $BUILD/bin/test_gpu_ops --test-case-exclude='*2^31*,*65535*' >"$OUT/sanitizer-$tool.log" 2>&1
         echo "$tool exit $?"; tail -4 "$OUT/sanitizer-$tool.log"
       done ;;
+    bnsanitize)
+      log bnsanitize
+      for tool in memcheck racecheck; do
+        XVK_TEST_QUICK=1 XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 \
+          $BUILD/bin/test_gpu_batch_norm --test-case-exclude='*2^31*' >"$OUT/sanitizer-bn-$tool.log" 2>&1
+        echo "$tool exit $?"; tail -4 "$OUT/sanitizer-bn-$tool.log"
+      done ;;
     tune)
       log tune
       $BUILD/bin/xvk-tune --out src/cuda/tuning/sm90.cpp 2>&1 | tee "$OUT/tune.log" | tail -5
@@ -58,6 +72,29 @@ for stage in "$@"; do
       python3 bench/torch_bench.py "${q[@]}" --csv "$OUT/torch-bench.csv" >"$OUT/torch-bench.log" 2>&1 || tail "$OUT/torch-bench.log"
       head -4 "$OUT/torch-bench.log"
       python3 bench/compare.py "$OUT/xvk-bench.csv" "$OUT/torch-bench.csv" --out "$OUT/compare.txt" | tail -60 ;;
+    bnbench|quickbnbench)
+      log $stage
+      q=(); [ $stage = quickbnbench ] && q=(--quick)
+      reps=(--reps "${BN_REPS:-50}" --big-reps "${BN_BIG_REPS:-${BN_REPS:-50}}")
+      t0=$SECONDS
+      XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/xvk-bench --batch-norm "${q[@]}" "${reps[@]}" \
+        --csv "$OUT/xvk-bn-bench.csv" >"$OUT/xvk-bn-bench.log" 2>&1 || { echo "xvk-bench --batch-norm failed:"; tail -20 "$OUT/xvk-bn-bench.log"; }
+      echo "xvk-bench --batch-norm: $((SECONDS - t0)) s"; grep -E "^(device|reps)" "$OUT/xvk-bn-bench.log"
+      sed -n '/geometric mean over/,$p' "$OUT/xvk-bn-bench.log"
+      t0=$SECONDS
+      python3 bench/torch_bench.py --batch-norm "${q[@]}" "${reps[@]}" --compile-budget "${BN_COMPILE_BUDGET:-110}" --kernels \
+        --csv "$OUT/torch-bn-bench.csv" >"$OUT/torch-bn-bench.log" 2>&1 || { echo "torch_bench.py --batch-norm failed:"; tail -20 "$OUT/torch-bn-bench.log"; }
+      echo "torch_bench.py --batch-norm: $((SECONDS - t0)) s"; grep -E "^(torch |reps|eager phase|compile phase)" "$OUT/torch-bn-bench.log"
+      python3 bench/compare_batch_norm.py "$OUT/xvk-bn-bench.csv" "$OUT/torch-bn-bench.csv" --out "$OUT/compare-bn.txt" \
+        | sed -n '/^Geometric means per op/,$p' | head -60 ;;
+    bnsinglepass)
+      # The single-pass (cooperative) training forward against the two-pass one on the small shapes.
+      log bnsinglepass
+      for v in 0 1; do
+        XVK_BATCH_NORM_SINGLE_PASS=$v XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/xvk-bench --batch-norm --quick \
+          --only bn_relu_fwd,bn_add_relu_fwd --csv "$OUT/xvk-bn-singlepass-$v.csv" >"$OUT/xvk-bn-singlepass-$v.log" 2>&1
+        echo "XVK_BATCH_NORM_SINGLE_PASS=$v exit $?"; grep -E "bn_(add_)?relu_fwd" "$OUT/xvk-bn-singlepass-$v.log" | head -30
+      done ;;
     python)
       log python
       LD_LIBRARY_PATH=$PWD/$BUILD/lib XVK_BACKEND_PATH=$PWD/$BUILD/lib PYTHONPATH=$PWD/bindings/python \

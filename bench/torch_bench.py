@@ -3,6 +3,10 @@ the median of individually timed launches (CUDA events), the L2 flushed
 before each. Backward passes run through autograd, as training uses them.
 
     python3 bench/torch_bench.py [--quick] [--reps N] [--csv FILE]
+    python3 bench/torch_bench.py --batch-norm [--quick] [--reps N] [--big-reps N]
+        [--compile-budget SECONDS] [--no-compile] [--kernels] [--csv FILE]
+
+--batch-norm runs xvk-bench --batch-norm's cases (bench/torch_bn.py) instead.
 """
 import argparse
 import csv
@@ -17,12 +21,18 @@ OPS = ["softmax_fwd", "softmax_bwd", "log_softmax_fwd", "log_softmax_bwd",
        "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd"]
 
 
-def time_us(fn, flush, reps):
+def time_us(fn, flush, reps, setup=None):
+    """Median of `reps` launches of fn, each alone between two events after an
+    L2 flush. setup (untimed, before the flush) prepares each launch."""
+    if setup:
+        setup()
     fn()
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for i in range(reps):
+        if setup:
+            setup()
         flush.fill_(i & 0xFF)
         start.record()
         fn()
@@ -84,8 +94,20 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--reps", type=int, default=50)
-    p.add_argument("--csv", default="torch-bench.csv")
+    p.add_argument("--csv", default=None)
+    p.add_argument("--batch-norm", action="store_true", help="the BatchNorm cases (bench/torch_bn.py)")
+    p.add_argument("--big-reps", type=int, default=None, help="BatchNorm: reps for shapes of >= 100M elements")
+    p.add_argument("--compile-budget", type=float, default=-1,
+                   help="BatchNorm: seconds for the torch.compile phase (compiles and their timing); "
+                        "cases not started by then are reported as skipped; < 0: no limit")
+    p.add_argument("--no-compile", action="store_true", help="BatchNorm: eager only")
+    p.add_argument("--kernels", action="store_true",
+                   help="BatchNorm: record the CUDA kernels each eager case launches (one profiled call)")
     a = p.parse_args()
+    if a.batch_norm:
+        import torch_bn  # beside this file
+        return torch_bn.run(a, time_us)
+    a.csv = a.csv or "torch-bench.csv"
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     print("Host cost per call (10,000 calls on 1 x 32 fp16, in batches of 100 between synchronizations):")
     host_cost()

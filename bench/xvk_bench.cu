@@ -6,6 +6,12 @@
 // copy kernel on the same number of bytes, timed the same way.
 //
 //   xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only]
+//   xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OPS] [--csv FILE]
+//
+// --batch-norm times BatchNorm (training forward with ReLU or Add+ReLU and
+// their backward, from the ReLU mask or from y, and the inference forward) on
+// the ResNet-50 shapes, channels-first and channels-last, against the bytes of
+// the minimal algorithm (see bn_bytes).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +21,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -212,21 +219,321 @@ void host_cost(xvk_context *ctx) {
   }
 }
 
+
+// ---------------------------------------------------------------------------
+// BatchNorm (--batch-norm): the ResNet-50 shapes, channels-first and
+// channels-last, training forward and backward with fused ReLU and Add+ReLU,
+// and the inference forward, through the public API only.
+
+struct BnShape {
+  int64_t n, c, h, w;
+  double numel() const { return double(n) * double(c) * double(h) * double(w); }
+};
+const BnShape kBnShapes[] = {{256, 64, 112, 112}, {256, 256, 56, 56}, {256, 512, 28, 28},
+                             {256, 1024, 14, 14}, {256, 2048, 7, 7},  {16, 32, 112, 112}};
+const BnShape kBnQuickShapes[] = {{256, 2048, 7, 7}, {16, 32, 112, 112}};
+const char *kBnOps[] = {"bn_relu_fwd",     "bn_relu_bwd",     "bn_relu_bwd_y",
+                        "bn_add_relu_fwd", "bn_add_relu_bwd", "bn_relu_infer"};
+const char *kBnLayouts[] = {"nchw", "nhwc"};
+// Shapes with at least this many elements run --big-reps launches.
+constexpr double kBnBigNumel = 1e8;
+constexpr int kBnMinReps = 20;
+
+// Bytes the minimal algorithm moves (n elements of es bytes, c channels):
+// the training forward reads x twice (statistics pass, normalize pass) and z
+// once, and writes y and the 1-bit mask; the backward reads x, dy and the mask
+// (or y) twice (reduction pass, dx pass) and writes dx (and dz); the inference
+// forward reads x once and writes y. Per-channel fp32 vectors are counted too
+// (forward: gamma, beta read, running mean and var read and written, saved mean
+// and rstd written; backward: gamma and the saved statistics read, dgamma and
+// dbeta written; inference: gamma, beta and the running statistics read).
+double bn_bytes(const std::string &op, double n, double es, double c) {
+  const double mask = std::ceil(n / 32) * 4;
+  if (op == "bn_relu_fwd") return 3 * n * es + mask + 32 * c;
+  if (op == "bn_add_relu_fwd") return 4 * n * es + mask + 32 * c;
+  if (op == "bn_relu_bwd") return 5 * n * es + 2 * mask + 20 * c;
+  if (op == "bn_add_relu_bwd") return 6 * n * es + 2 * mask + 20 * c;
+  if (op == "bn_relu_bwd_y") return 7 * n * es + 20 * c;
+  if (op == "bn_relu_infer") return 2 * n * es + 16 * c;
+  std::fprintf(stderr, "unknown BatchNorm op %s\n", op.c_str());
+  std::exit(2);
+}
+
+void print_bn_byte_model() {
+  std::printf(
+      "\nBatchNorm bytes are those of the MINIMAL algorithm (n elements of es bytes; mask = n/8 bytes, 1 bit per element;\n"
+      "the per-channel fp32 vectors are counted too, but are negligible):\n"
+      "  bn_relu_fwd      training fwd, ReLU, writes mask: reads x twice (stats + normalize), writes y + mask = 3n*es + n/8\n"
+      "  bn_add_relu_fwd  training fwd, Add+ReLU, mask:    reads x twice, z once, writes y + mask          = 4n*es + n/8\n"
+      "  bn_relu_bwd      bwd from the mask: reads x, dy, mask twice each, writes dx (+ dgamma, dbeta)   = 5n*es + n/4\n"
+      "  bn_add_relu_bwd  bwd from the mask: reads x, dy, mask twice each, writes dx and dz             = 6n*es + n/4\n"
+      "  bn_relu_bwd_y    bwd reading y instead of the mask: reads x, dy, y twice each, writes dx        = 7n*es\n"
+      "  bn_relu_infer    inference fwd, ReLU, no mask: reads x once, writes y                          = 2n*es\n"
+      "GB/s = those bytes / time; ceiling = the copy time of the same bytes (bytes/2 read + bytes/2 written; the faster of\n"
+      "cudaMemcpy D2D and our 16-byte copy kernel) / time; x copy = time / that copy time. Activations: dtype as listed;\n"
+      "gamma, beta, running and saved statistics: fp32. nchw = contiguous (N, C, H, W); nhwc = PyTorch channels_last\n"
+      "strides on the (N, C, H, W) shape.\n");
+}
+
+// The tensors of one BatchNorm case: views over the buffers of the shape
+// (allocated once per shape, at 4 bytes an element, and reused for every
+// dtype and layout). Built in place; never copied (the DLTensors point into it).
+struct BnTensors {
+  int64_t shape[4], strides[4], cshape[1], mshape[1];
+  DLTensor x{}, z{}, y{}, dy{}, dx{}, dz{}, mask{};
+  DLTensor gamma{}, beta{}, rmean{}, rvar{}, smean{}, srstd{}, dgamma{}, dbeta{};
+  BnTensors(const BnTensors &) = delete;
+  BnTensors() = default;
+};
+
+DLTensor bn_dl(void *p, DLDataType t, int ndim, int64_t *shape, int64_t *strides) {
+  DLTensor d{};
+  d.data = p;
+  d.device = {kDLCUDA, 0};
+  d.ndim = ndim;
+  d.dtype = t;
+  d.shape = shape;
+  d.strides = strides;
+  return d;
+}
+
+struct BnBuffers {
+  std::vector<std::unique_ptr<Buffer>> act, chan;
+  std::unique_ptr<Buffer> mask;
+  int64_t words = 0;
+};
+
+void bn_views(BnTensors &t, BnBuffers &b, const BnShape &s, const DType &dt, bool nhwc) {
+  t.shape[0] = s.n, t.shape[1] = s.c, t.shape[2] = s.h, t.shape[3] = s.w;
+  if (nhwc)  // channels_last strides of the (N, C, H, W) shape
+    t.strides[0] = s.h * s.w * s.c, t.strides[1] = 1, t.strides[2] = s.w * s.c, t.strides[3] = s.c;
+  else
+    t.strides[0] = s.c * s.h * s.w, t.strides[1] = s.h * s.w, t.strides[2] = s.w, t.strides[3] = 1;
+  t.cshape[0] = s.c;
+  t.mshape[0] = b.words;
+  DLTensor *act[] = {&t.x, &t.z, &t.y, &t.dy, &t.dx, &t.dz};
+  for (int i = 0; i < 6; ++i) *act[i] = bn_dl(b.act[i]->p, dt.dl, 4, t.shape, t.strides);
+  t.mask = bn_dl(b.mask->p, DLDataType{kDLUInt, 32, 1}, 1, t.mshape, nullptr);
+  DLTensor *chan[] = {&t.gamma, &t.beta, &t.rmean, &t.rvar, &t.smean, &t.srstd, &t.dgamma, &t.dbeta};
+  for (int i = 0; i < 8; ++i) *chan[i] = bn_dl(b.chan[i]->p, kDtypes[0].dl, 1, t.cshape, nullptr);
+}
+
+struct BnResult {
+  std::string op, layout, status = "ok";
+  const DType *dtype = nullptr;
+  BnShape shape{};
+  int reps = 0;
+  double us = 0, bytes = 0;
+  Ceiling ceiling{};
+  bool ok() const { return status == "ok"; }
+};
+
+std::string bn_error(xvk_status_t s) {
+  std::string m = std::string(xvk_status_string(s)) + ": " + xvk_last_error_message();
+  for (char &ch : m)
+    if (ch == ',' || ch == '\n' || ch == '"') ch = ch == ',' ? ';' : ' ';  // one CSV field
+  return m;
+}
+
+// Times one call: checked once (a failure is reported, not fatal), then the
+// median of g_reps L2-flushed launches.
+void bn_time(BnResult &r, const std::function<xvk_status_t()> &call) {
+  const xvk_status_t first = call();
+  if (first != XVK_SUCCESS) {
+    r.status = bn_error(first);
+    return;
+  }
+  CUDA_OK(cudaStreamSynchronize(g_stream));
+  xvk_status_t failed = XVK_SUCCESS;
+  r.us = time_us([&] {
+    const xvk_status_t s = call();
+    if (s != XVK_SUCCESS && failed == XVK_SUCCESS) failed = s;
+  });
+  if (failed != XVK_SUCCESS) r.status = bn_error(failed);
+}
+
+// Every BatchNorm case of one shape; results in order.
+void bn_run_shape(xvk_context *ctx, const BnShape &s, const std::vector<std::string> &ops, std::vector<BnResult> &out,
+                  FILE *csv) {
+  const size_t numel = size_t(s.n) * size_t(s.c) * size_t(s.h) * size_t(s.w);
+  BnBuffers b;
+  DLTensor probe{};
+  int64_t pshape[4] = {s.n, s.c, s.h, s.w};
+  probe.ndim = 4;
+  probe.shape = pshape;
+  probe.dtype = kDtypes[0].dl;
+  probe.device = {kDLCUDA, 0};
+  XVK_OK(xvk_batch_norm_mask_words(&probe, &b.words));
+  for (int i = 0; i < 6; ++i) b.act.emplace_back(new Buffer(numel * 4));
+  for (int i = 0; i < 8; ++i) b.chan.emplace_back(new Buffer(size_t(s.c) * 4));
+  b.mask.reset(new Buffer(size_t(b.words) * 4));
+  for (const char *layout : kBnLayouts) {
+    const bool nhwc = !std::strcmp(layout, "nhwc");
+    for (const DType *dt : {&kDtypes[1], &kDtypes[2], &kDtypes[0]}) {  // fp16, bf16, fp32
+      BnTensors t;
+      bn_views(t, b, s, *dt, nhwc);
+      fill(t.x.data, dt->id, numel, 11, 0.5f, 2.0f);
+      fill(t.z.data, dt->id, numel, 12, 0.0f, 1.0f);
+      fill(t.dy.data, dt->id, numel, 13, 0.0f, 1.0f);
+      fill(t.gamma.data, 0, size_t(s.c), 14, 1.0f, 0.1f);
+      fill(t.beta.data, 0, size_t(s.c), 15, 0.0f, 0.1f);
+      fill(t.rmean.data, 0, size_t(s.c), 16, 0.0f, 0.0f);
+      fill(t.rvar.data, 0, size_t(s.c), 17, 1.0f, 0.0f);
+      CUDA_OK(cudaStreamSynchronize(g_stream));
+      xvk_batch_norm_options opt = XVK_BATCH_NORM_OPTIONS_INIT;
+      opt.activation = XVK_ACTIVATION_RELU;
+      auto fwd = [&](bool add) {
+        return xvk_batch_norm_forward_training(ctx, &t.x, add ? &t.z : nullptr, &t.gamma, &t.beta, &opt, &t.y, &t.mask,
+                                               &t.rmean, &t.rvar, &t.smean, &t.srstd);
+      };
+      auto bwd = [&](bool add, bool from_y) {
+        return xvk_batch_norm_backward(ctx, &t.dy, &t.x, from_y ? nullptr : &t.mask, from_y ? &t.y : nullptr, &t.gamma,
+                                       &t.smean, &t.srstd, &opt, &t.dx, add ? &t.dz : nullptr, &t.dgamma, &t.dbeta);
+      };
+      // Which forward the mask, y and saved statistics now come from: 0 none, 1 ReLU, 2 Add+ReLU.
+      int fwd_state = 0;
+      std::string fwd_error;
+      auto ensure_fwd = [&](int want) -> bool {
+        if (fwd_state == want) return true;
+        const xvk_status_t st = fwd(want == 2);
+        if (st != XVK_SUCCESS) {
+          fwd_error = "forward failed: " + bn_error(st);
+          fwd_state = 0;
+          return false;
+        }
+        fwd_state = want;
+        return true;
+      };
+      for (const std::string &op : ops) {
+        BnResult r;
+        r.op = op, r.layout = layout, r.dtype = dt, r.shape = s, r.reps = g_reps;
+        r.bytes = bn_bytes(op, double(numel), double(dt->size), double(s.c));
+        if (op == "bn_relu_fwd") {
+          bn_time(r, [&] { return fwd(false); });
+          fwd_state = r.ok() ? 1 : 0;
+        } else if (op == "bn_add_relu_fwd") {
+          bn_time(r, [&] { return fwd(true); });
+          fwd_state = r.ok() ? 2 : 0;
+        } else if (op == "bn_relu_infer") {
+          bn_time(r, [&] {
+            return xvk_batch_norm_forward_inference(ctx, &t.x, nullptr, &t.gamma, &t.beta, &t.rmean, &t.rvar, &opt, &t.y,
+                                                    nullptr);
+          });
+          fwd_state = 0;  // y is overwritten
+        } else {
+          const bool add = op == "bn_add_relu_bwd", from_y = op == "bn_relu_bwd_y";
+          if (ensure_fwd(add ? 2 : 1)) bn_time(r, [&] { return bwd(add, from_y); });
+          else r.status = fwd_error;
+        }
+        if (r.ok()) r.ceiling = copy_ceiling(size_t(r.bytes));
+        const double gbps = r.ok() ? r.bytes / r.us / 1e3 : 0;
+        char shape_s[48];
+        std::snprintf(shape_s, sizeof shape_s, "%lldx%lldx%lldx%lld", (long long)s.n, (long long)s.c, (long long)s.h,
+                      (long long)s.w);
+        if (r.ok())
+          std::printf("%-16s %-4s %-5s %-16s %10.2f %8.0f %7.1f%% %7.3f %5d\n", op.c_str(), layout, dt->name, shape_s,
+                      r.us, gbps, 100.0 * r.ceiling.best() / r.us, r.us / r.ceiling.best(), r.reps);
+        else
+          std::printf("%-16s %-4s %-5s %-16s  FAILED: %s\n", op.c_str(), layout, dt->name, shape_s, r.status.c_str());
+        std::fprintf(csv, "%s,%s,%s,%lld,%lld,%lld,%lld,%d,%s,%.3f,%.0f,%.1f,%.3f,%.3f,%.4f,%.4f\n", op.c_str(), layout,
+                     dt->name, (long long)s.n, (long long)s.c, (long long)s.h, (long long)s.w, r.reps, r.status.c_str(),
+                     r.us, r.bytes, gbps, r.ceiling.memcpy_us, r.ceiling.kernel_us,
+                     r.ok() ? r.ceiling.best() / r.us : 0.0, r.ok() ? r.us / r.ceiling.best() : 0.0);
+        std::fflush(stdout);
+        std::fflush(csv);
+        out.push_back(r);
+      }
+    }
+  }
+}
+
+int bn_main(xvk_context *ctx, bool quick, int big_reps, const std::string &only, const char *csv_path) {
+  if (g_reps < kBnMinReps || big_reps < kBnMinReps) {
+    std::printf("note: BatchNorm cases run at least %d launches each; raising --reps/--big-reps to %d\n", kBnMinReps,
+                kBnMinReps);
+    g_reps = std::max(g_reps, kBnMinReps);
+    big_reps = std::max(big_reps, kBnMinReps);
+  }
+  const int reps = g_reps;
+  std::vector<std::string> ops;
+  for (const char *op : kBnOps)
+    if (only.empty() || ("," + only + ",").find(std::string(",") + op + ",") != std::string::npos) ops.push_back(op);
+  if (ops.empty()) {
+    std::fprintf(stderr, "--only %s names no BatchNorm op\n", only.c_str());
+    return 2;
+  }
+  std::vector<BnShape> shapes = quick ? std::vector<BnShape>(std::begin(kBnQuickShapes), std::end(kBnQuickShapes))
+                                      : std::vector<BnShape>(std::begin(kBnShapes), std::end(kBnShapes));
+  print_bn_byte_model();
+  if (big_reps != reps)
+    std::printf("reps: the median of %d individually timed launches per case; %d for shapes of >= %.0fM elements "
+                "(the largest: to keep the run short)\n",
+                reps, big_reps, kBnBigNumel / 1e6);
+  else
+    std::printf("reps: the median of %d individually timed launches per case (every shape)\n", reps);
+  FILE *csv = std::fopen(csv_path, "w");
+  if (!csv) {
+    std::fprintf(stderr, "cannot write %s\n", csv_path);
+    return 2;
+  }
+  std::fprintf(csv, "op,layout,dtype,n,c,h,w,reps,status,xvk_us,bytes,gbps,copy_memcpy_us,copy_kernel_us,"
+                    "fraction_of_ceiling,x_copy_time\n");
+  std::printf("\n%-16s %-4s %-5s %-16s %10s %8s %8s %7s %5s\n", "op", "lay", "dtype", "shape (NCHW)", "time(us)", "GB/s",
+              "ceiling", "x copy", "reps");
+  std::vector<BnResult> results;
+  for (const BnShape &s : shapes) {
+    g_reps = s.numel() >= kBnBigNumel ? big_reps : reps;
+    bn_run_shape(ctx, s, ops, results, csv);
+  }
+  g_reps = reps;
+  std::fclose(csv);
+  // Geometric mean of "x copy" per op, over the cases that ran.
+  std::printf("\nx copy time, geometric mean over shapes, layouts and dtypes:\n");
+  int failures = 0;
+  for (const std::string &op : ops) {
+    double log_sum = 0;
+    int count = 0;
+    for (const BnResult &r : results)
+      if (r.op == op) {
+        if (r.ok()) log_sum += std::log(r.us / r.ceiling.best()), ++count;
+        else ++failures;
+      }
+    if (count) std::printf("  %-16s %6.3f  (%d cases)\n", op.c_str(), std::exp(log_sum / count), count);
+    else std::printf("  %-16s    n/a  (no case ran)\n", op.c_str());
+  }
+  if (failures) std::printf("%d case(s) FAILED (see above; status column of the CSV)\n", failures);
+  std::printf("\nwrote %s\n", csv_path);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
-  bool quick = false, host_only = false;
-  const char *csv_path = "xvk-bench.csv";
+  bool quick = false, host_only = false, batch_norm = false;
+  int big_reps = -1;
+  std::string only;
+  const char *csv_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--host-only")) host_only = true;
+    else if (!std::strcmp(argv[i], "--batch-norm")) batch_norm = true;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--big-reps") && i + 1 < argc) big_reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only]\n");
+      std::fprintf(stderr,
+                   "usage: xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only]\n"
+                   "       xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OP[,OP...]] [--csv FILE]\n"
+                   "  --batch-norm  the BatchNorm cases instead of softmax and the norms (CSV: xvk-bn-bench.csv)\n"
+                   "  --big-reps N  launches per case for shapes of >= 100M elements (default: --reps; at least 20)\n"
+                   "  --only        BatchNorm ops to run, of bn_relu_fwd, bn_relu_bwd, bn_relu_bwd_y, bn_add_relu_fwd,\n"
+                   "                bn_add_relu_bwd, bn_relu_infer (the backward ones run their forward untimed first)\n");
       return 2;
     }
   }
+  if (!csv_path) csv_path = batch_norm ? "xvk-bn-bench.csv" : "xvk-bench.csv";
+  if (big_reps < 0) big_reps = g_reps;
   int available = 0;
   const char *reason = "";
   xvk_backend_query(XVK_BACKEND_CUDA, &available, nullptr, &reason);
@@ -242,6 +549,11 @@ int main(int argc, char **argv) {
   xvk_context *ctx = nullptr;
   XVK_OK(xvk_context_create(XVK_BACKEND_CUDA, 0, &ctx));
   XVK_OK(xvk_context_set_stream(ctx, g_stream));
+  if (batch_norm) {
+    const int rc = bn_main(ctx, quick, big_reps, only, csv_path);
+    XVK_OK(xvk_context_destroy(ctx));
+    return rc;
+  }
   host_cost(ctx);
   if (host_only) return 0;
 
