@@ -210,4 +210,142 @@ NormBackward norm_backward(const NormSpec &spec, const std::vector<float> &dy, c
   return b;
 }
 
+// ---------------------------------------------------------------------------
+// BatchNorm
+// ---------------------------------------------------------------------------
+
+BatchNormForward batch_norm_forward(const BatchNormSpec &spec, bool training, const std::vector<double> &x,
+                                    const std::vector<double> *z, const std::vector<double> *gamma,
+                                    const std::vector<double> *beta, const std::vector<double> *running_mean,
+                                    const std::vector<double> *running_var) {
+  const int64_t n = spec.n, c = spec.c, s = spec.s, m = n * s;
+  if (int64_t(x.size()) != n * c * s) throw std::invalid_argument("oracle::batch_norm_forward: x size");
+  if (training && m < 2) throw std::invalid_argument("oracle::batch_norm_forward: training needs n * s > 1");
+  if (!training && (!running_mean || !running_var))
+    throw std::invalid_argument("oracle::batch_norm_forward: inference needs the running statistics");
+  const double acc = tolerance(DType::f32).acc, eps = double(spec.epsilon), k = double(spec.momentum);
+  auto at = [&](int64_t i, int64_t ch, int64_t j) { return size_t((i * c + ch) * s + j); };
+  BatchNormForward f;
+  for (Expected *e : {&f.y, &f.pre}) {
+    e->ref.assign(x.size(), 0.0);
+    e->scale.assign(x.size(), 0.0);
+  }
+  for (Expected *e : {&f.mean, &f.rstd, &f.running_mean, &f.running_var}) {
+    e->ref.assign(size_t(c), 0.0);
+    e->scale.assign(size_t(c), 0.0);
+  }
+  f.positive.assign(x.size(), false);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean = 0, rstd = 0, max_abs = 0;
+    if (training) {
+      // Two passes in double: the mean, then the squared deviations from it.
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < s; ++j) {
+          sum += x[at(i, ch, j)];
+          max_abs = std::max(max_abs, std::fabs(x[at(i, ch, j)]));
+        }
+      mean = sum / double(m);
+      double sq = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < s; ++j) sq += (x[at(i, ch, j)] - mean) * (x[at(i, ch, j)] - mean);
+      const double var = sq / double(m), var_unbiased = sq / double(m - 1);
+      rstd = 1.0 / std::sqrt(var + eps);
+      // cond: how much the subtraction of the mean magnifies relative errors.
+      // An fp32 mean off by d = acc * max|x| moves the variance by d^2, a
+      // relative (acc * cond)^2 (the same reasoning as norm_forward's rstd).
+      const double cond = max_abs * rstd;
+      f.mean.ref[size_t(ch)] = mean;
+      f.mean.scale[size_t(ch)] = max_abs;
+      f.rstd.ref[size_t(ch)] = rstd;
+      f.rstd.scale[size_t(ch)] = rstd * (1 + acc * cond * cond);
+      if (running_mean && running_var) {
+        const double rm = (*running_mean)[size_t(ch)], rv = (*running_var)[size_t(ch)];
+        f.running_mean.ref[size_t(ch)] = (1 - k) * rm + k * mean;
+        f.running_mean.scale[size_t(ch)] = (1 - k) * std::fabs(rm) + k * max_abs;
+        f.running_var.ref[size_t(ch)] = (1 - k) * rv + k * var_unbiased;
+        f.running_var.scale[size_t(ch)] = (1 - k) * std::fabs(rv) + k * var_unbiased * (1 + acc * cond * cond);
+      }
+    } else {
+      mean = (*running_mean)[size_t(ch)];
+      rstd = 1.0 / std::sqrt((*running_var)[size_t(ch)] + eps);
+      f.mean.ref[size_t(ch)] = mean;
+      f.rstd.ref[size_t(ch)] = rstd;
+      f.rstd.scale[size_t(ch)] = rstd;
+      f.running_mean.ref[size_t(ch)] = mean;
+      f.running_var.ref[size_t(ch)] = (*running_var)[size_t(ch)];
+    }
+    const double g = gamma ? (*gamma)[size_t(ch)] : 1.0, b = beta ? (*beta)[size_t(ch)] : 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < s; ++j) {
+        const size_t e = at(i, ch, j);
+        const double xm = x[e] - mean, zv = z ? (*z)[e] : 0.0;
+        const double v = xm * rstd * g + b + zv;
+        f.pre.ref[e] = v;
+        // fp32 arithmetic errs by acc relative to the terms: the mean (off by
+        // acc * max|x| in training) and x themselves (a backend may fold the
+        // statistics into x * a + b', which subtracts x * a and mean * a),
+        // then beta and z, which are added.
+        const double spread = training ? max_abs + std::fabs(x[e]) : std::fabs(x[e]) + std::fabs(mean);
+        f.pre.scale[e] = std::fabs(g) * rstd * (spread + std::fabs(xm)) + std::fabs(b) + std::fabs(zv);
+        // ReLU is 1-Lipschitz: y errs no more than v. NaN stays NaN.
+        f.y.ref[e] = spec.relu && v <= 0 ? 0.0 : v;
+        f.y.scale[e] = f.pre.scale[e];
+        f.positive[e] = round_to(spec.dtype, float(f.y.ref[e])) > 0.0f;
+      }
+  }
+  return f;
+}
+
+BatchNormBackward batch_norm_backward(const BatchNormSpec &spec, const std::vector<double> &dy,
+                                      const std::vector<double> &x, const std::vector<double> *gamma,
+                                      const std::vector<double> &saved_mean, const std::vector<double> &saved_rstd,
+                                      const std::vector<bool> *positive) {
+  const int64_t n = spec.n, c = spec.c, s = spec.s;
+  const double m = double(n * s);
+  if (int64_t(x.size()) != n * c * s || dy.size() != x.size())
+    throw std::invalid_argument("oracle::batch_norm_backward: x or dy size");
+  if (spec.relu && (!positive || positive->size() != x.size()))
+    throw std::invalid_argument("oracle::batch_norm_backward: ReLU needs one flag per element");
+  auto at = [&](int64_t i, int64_t ch, int64_t j) { return size_t((i * c + ch) * s + j); };
+  BatchNormBackward b;
+  for (Expected *e : {&b.dx, &b.dz}) {
+    e->ref.assign(x.size(), 0.0);
+    e->scale.assign(x.size(), 0.0);
+  }
+  for (Expected *e : {&b.dgamma, &b.dbeta}) {
+    e->ref.assign(size_t(c), 0.0);
+    e->scale.assign(size_t(c), 0.0);
+  }
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const double mu = saved_mean[size_t(ch)], r = saved_rstd[size_t(ch)];
+    const double gam = gamma ? (*gamma)[size_t(ch)] : 1.0;
+    // g: the gradient that reaches the normalization (dz = g as well).
+    auto grad = [&](size_t e) { return !spec.relu || (*positive)[e] ? dy[e] : 0.0; };
+    double sum_g = 0, sum_g_abs = 0, sum_gx = 0, sum_gx_abs = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < s; ++j) {
+        const size_t e = at(i, ch, j);
+        const double g = grad(e), xhat = (x[e] - mu) * r;
+        sum_g += g;
+        sum_g_abs += std::fabs(g);
+        sum_gx += g * xhat;
+        sum_gx_abs += std::fabs(g * xhat);
+      }
+    b.dbeta.ref[size_t(ch)] = sum_g;
+    b.dbeta.scale[size_t(ch)] = sum_g_abs;
+    b.dgamma.ref[size_t(ch)] = sum_gx;
+    b.dgamma.scale[size_t(ch)] = sum_gx_abs;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < s; ++j) {
+        const size_t e = at(i, ch, j);
+        const double g = grad(e), xhat = (x[e] - mu) * r;
+        b.dx.ref[e] = gam * r * (g - sum_g / m - xhat * sum_gx / m);
+        b.dx.scale[e] = std::fabs(gam) * r * (std::fabs(g) + sum_g_abs / m + std::fabs(xhat) * sum_gx_abs / m);
+        b.dz.ref[e] = g;  // a copy (or 0): exact
+      }
+  }
+  return b;
+}
+
 }  // namespace xvk_test::oracle

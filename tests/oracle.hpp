@@ -59,4 +59,47 @@ NormBackward norm_backward(const NormSpec &spec, const std::vector<float> &dy, c
                            const std::vector<float> *gamma, const std::vector<float> &mean,
                            const std::vector<float> &rstd);
 
+// ---------------------------------------------------------------------------
+// BatchNorm
+//
+// Values are in (n, c, s) order whatever the memory order of the tensors:
+// element (batch i, channel ch, spatial position j) is at (i * c + ch) * s + j
+// (the suite maps tensors to and from this order). Inputs are the values as
+// stored, widened to double (so that finite differences can move them).
+// ---------------------------------------------------------------------------
+
+struct BatchNormSpec {
+  int64_t n = 0, c = 0, s = 1;
+  float epsilon = 1e-5f, momentum = 0.1f;
+  bool relu = false;
+  DType dtype = DType::f32;  // of y: y as stored in it decides `positive` (the mask)
+};
+
+struct BatchNormForward {
+  Expected y;                // activation(v), unrounded
+  Expected pre;              // v = (x - mean) * rstd * gamma + beta (+ z), before the activation
+  Expected mean, rstd;       // per channel: the batch's (training) or from the running statistics (inference)
+  Expected running_mean, running_var;  // training: after the momentum update (unbiased variance); else as given
+  std::vector<bool> positive;  // per element: y rounded to spec.dtype > 0
+};
+
+// training: batch statistics (needs n * s > 1); running_* may be NULL (no
+// update). Inference: running_mean and running_var are required.
+// z, gamma, beta may be NULL (absent: 0, 1, 0).
+BatchNormForward batch_norm_forward(const BatchNormSpec &spec, bool training, const std::vector<double> &x,
+                                    const std::vector<double> *z, const std::vector<double> *gamma,
+                                    const std::vector<double> *beta, const std::vector<double> *running_mean,
+                                    const std::vector<double> *running_var);
+
+struct BatchNormBackward {
+  Expected dx, dz, dgamma, dbeta;
+};
+
+// From dy, the forward's x, gamma (or NULL: 1), its saved statistics, and
+// under ReLU (spec.relu) where y > 0 (`positive`, one flag per element).
+BatchNormBackward batch_norm_backward(const BatchNormSpec &spec, const std::vector<double> &dy,
+                                      const std::vector<double> &x, const std::vector<double> *gamma,
+                                      const std::vector<double> &saved_mean, const std::vector<double> &saved_rstd,
+                                      const std::vector<bool> *positive);
+
 }  // namespace xvk_test::oracle
