@@ -1,6 +1,7 @@
 #!/bin/sh
 # Builds the C# binding with Mono's mcs: build.sh OUT_DIR [MCS]
-#   OUT_DIR/Xvk.dll (+ Xvk.dll.config), OUT_DIR/XvkTests.exe, OUT_DIR/Example.exe
+#   OUT_DIR/Xvk.dll (+ Xvk.dll.config), OUT_DIR/XvkTests.exe, OUT_DIR/Example.exe,
+#   OUT_DIR/BatchNormExample.exe
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=$1
@@ -10,4 +11,5 @@ mkdir -p "$out"
 cp "$here/Xvk.dll.config" "$out/Xvk.dll.config"
 "$mcs" -nologo -warnaserror -r:"$out/Xvk.dll" -out:"$out/XvkTests.exe" "$here/tests/XvkTests.cs"
 "$mcs" -nologo -warnaserror -r:"$out/Xvk.dll" -out:"$out/Example.exe" "$here/examples/Example.cs"
-echo "built $out/Xvk.dll, XvkTests.exe, Example.exe"
+"$mcs" -nologo -warnaserror -r:"$out/Xvk.dll" -out:"$out/BatchNormExample.exe" "$here/examples/BatchNormExample.cs"
+echo "built $out/Xvk.dll, XvkTests.exe, Example.exe, BatchNormExample.exe"

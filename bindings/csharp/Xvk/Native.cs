@@ -58,12 +58,22 @@ namespace Xvk
         public IntPtr ResidualOut;
     }
 
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct xvk_batch_norm_options
+    {
+        public uint StructSize;
+        public float Epsilon;
+        public float Momentum;
+        public int Activation;
+        public int ChannelAxis;
+    }
+
     internal static class Native
     {
         const string Lib = "xvk";
 
         internal const int kDLCPU = 1, kDLCUDA = 2, kDLROCM = 10;
-        internal const byte kDLFloat = 2, kDLBfloat = 4;
+        internal const byte kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4;
 
         [DllImport("libdl.so.2", EntryPoint = "dlopen")]
         static extern IntPtr dlopen(string file, int mode);
@@ -142,5 +152,22 @@ namespace Xvk
         [DllImport(Lib)]
         internal static extern Status xvk_rms_norm_backward(ContextHandle ctx, IntPtr dy, IntPtr x, IntPtr gamma, IntPtr rstd,
                                                             ref xvk_norm_options options, IntPtr dx, IntPtr dgamma);
+
+        [DllImport(Lib)] internal static extern Status xvk_batch_norm_mask_words(ref DLTensor x, out long words);
+        [DllImport(Lib)]
+        internal static extern Status xvk_batch_norm_forward_training(ContextHandle ctx, IntPtr x, IntPtr z, IntPtr gamma,
+                                                                      IntPtr beta, ref xvk_batch_norm_options options,
+                                                                      IntPtr y, IntPtr mask, IntPtr runningMean,
+                                                                      IntPtr runningVar, IntPtr savedMean, IntPtr savedRstd);
+        [DllImport(Lib)]
+        internal static extern Status xvk_batch_norm_forward_inference(ContextHandle ctx, IntPtr x, IntPtr z, IntPtr gamma,
+                                                                       IntPtr beta, IntPtr runningMean, IntPtr runningVar,
+                                                                       ref xvk_batch_norm_options options, IntPtr y,
+                                                                       IntPtr mask);
+        [DllImport(Lib)]
+        internal static extern Status xvk_batch_norm_backward(ContextHandle ctx, IntPtr dy, IntPtr x, IntPtr mask, IntPtr y,
+                                                              IntPtr gamma, IntPtr savedMean, IntPtr savedRstd,
+                                                              ref xvk_batch_norm_options options, IntPtr dx, IntPtr dz,
+                                                              IntPtr dgamma, IntPtr dbeta);
     }
 }

@@ -28,8 +28,16 @@ namespace Xvk
         BottomRight = 2, // row i keeps columns j <= i + (cols - rows): the KV-cache convention
     }
 
-    // float16 and bfloat16 elements are held as ushort bit patterns on the C# side.
-    public enum DType { Float32, Float16, BFloat16 }
+    // The activation BatchNorm applies after its (optional) add.
+    public enum Activation
+    {
+        None = 0,
+        Relu = 1, // max(v, 0); NaN stays NaN
+    }
+
+    // float16 and bfloat16 elements are held as ushort bit patterns on the C# side. UInt32 is the
+    // dtype of BatchNorm's ReLU mask words, not an element type of the operators.
+    public enum DType { Float32, Float16, BFloat16, UInt32 }
 
     /// <summary>A failed xvk call: Message is the library's message, Status its status.</summary>
     public class XvkException : Exception
@@ -101,6 +109,14 @@ namespace Xvk
             return Query(backend);
         }
 
+        /// <summary>The number of uint words of BatchNorm's ReLU mask for a tensor of this shape:
+        /// ceil(elements / 32). Bit i (bit i % 32 of word i / 32) is element i of y, in x's memory order.</summary>
+        public static long BatchNormMaskWords(params long[] shape)
+        {
+            Native.EnsureLoaded();
+            return MaskWords(shape);
+        }
+
         [MethodImpl(MethodImplOptions.NoInlining)]
         static Version GetVersion()
         {
@@ -116,6 +132,29 @@ namespace Xvk
 
         [MethodImpl(MethodImplOptions.NoInlining)]
         static string GetLastErrorMessage() { return Marshal.PtrToStringAnsi(Native.xvk_last_error_message()); }
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static long MaskWords(long[] shape)
+        {
+            GCHandle pin = GCHandle.Alloc(shape, GCHandleType.Pinned);
+            try
+            {
+                var x = new DLTensor
+                {
+                    Device = new DLDevice { DeviceType = Native.kDLCPU, DeviceId = 0 },
+                    Ndim = shape.Length,
+                    DType = new DLDataType { Code = Native.kDLFloat, Bits = 32, Lanes = 1 },
+                    Shape = pin.AddrOfPinnedObject(),
+                };
+                long words;
+                XvkException.Check(Native.xvk_batch_norm_mask_words(ref x, out words));
+                return words;
+            }
+            finally
+            {
+                pin.Free();
+            }
+        }
 
         [MethodImpl(MethodImplOptions.NoInlining)]
         static BackendInfo Query(Backend backend)
@@ -168,8 +207,8 @@ namespace Xvk
                 Ndim = shape.Length,
                 DType = new DLDataType
                 {
-                    Code = dtype == DType.BFloat16 ? Native.kDLBfloat : Native.kDLFloat,
-                    Bits = (byte)(dtype == DType.Float32 ? 32 : 16),
+                    Code = dtype == DType.BFloat16 ? Native.kDLBfloat : dtype == DType.UInt32 ? Native.kDLUInt : Native.kDLFloat,
+                    Bits = (byte)(dtype == DType.Float32 || dtype == DType.UInt32 ? 32 : 16),
                     Lanes = 1,
                 },
                 Shape = shapePtr,
@@ -211,9 +250,15 @@ namespace Xvk
         /// <summary>A float16 or bfloat16 CPU tensor over an array of bit patterns.</summary>
         public static Tensor FromBits(ushort[] data, DType dtype, params long[] shape)
         {
-            if (dtype == DType.Float32)
+            if (dtype != DType.Float16 && dtype != DType.BFloat16)
                 throw new ArgumentException("ushort bit patterns are Float16 or BFloat16");
             return Pinned(data, dtype, shape);
+        }
+
+        /// <summary>A uint32 CPU tensor: the words of a BatchNorm ReLU mask (Library.BatchNormMaskWords).</summary>
+        public static Tensor FromArray(uint[] data, params long[] shape)
+        {
+            return Pinned(data, DType.UInt32, shape);
         }
 
         /// <summary>Memory at a pointer on a context's device; strides in elements (null: contiguous).
@@ -310,6 +355,27 @@ namespace Xvk
         public RmsNormOptions()
         {
             Epsilon = 1e-6f;
+        }
+    }
+
+    /// <summary>xvk_batch_norm_options. The backward uses Activation and ChannelAxis only.</summary>
+    public sealed class BatchNormOptions
+    {
+        public float Epsilon = 1e-5f;
+        public float Momentum = 0.1f;                 // running = (1 - momentum) * running + momentum * batch
+        public Activation Activation = Activation.None; // applied after the optional add of z
+        public int ChannelAxis = 1;                   // 1: (N, C, spatial...); -1: (N, spatial..., C)
+
+        internal xvk_batch_norm_options ToNative()
+        {
+            return new xvk_batch_norm_options
+            {
+                StructSize = (uint)Marshal.SizeOf(typeof(xvk_batch_norm_options)),
+                Epsilon = Epsilon,
+                Momentum = Momentum,
+                Activation = (int)Activation,
+                ChannelAxis = ChannelAxis,
+            };
         }
     }
 
@@ -452,6 +518,48 @@ namespace Xvk
             Done(Native.xvk_rms_norm_backward(handle, dy.Handle, x.Handle, Tensor.Of(gamma), Tensor.Of(rstd), ref o,
                                               dx.Handle, Tensor.Of(dgamma)),
                  dy, x, gamma, rstd, dx, dgamma, options);
+        }
+
+        /// <summary>BatchNorm of x with its batch statistics, per channel:
+        /// y = activation((x - mean) * rstd * gamma + beta + z). z, gamma and beta may be null; mask (with
+        /// Activation.Relu; Library.BatchNormMaskWords uint words), savedMean and savedRstd are written when
+        /// given; runningMean and runningVar (given together) are updated in place. Parameters and
+        /// statistics are float32 with C elements.</summary>
+        public void BatchNormForwardTraining(Tensor x, Tensor z, Tensor gamma, Tensor beta, Tensor y, Tensor mask = null,
+                                             Tensor runningMean = null, Tensor runningVar = null, Tensor savedMean = null,
+                                             Tensor savedRstd = null, BatchNormOptions options = null)
+        {
+            var o = (options ?? new BatchNormOptions()).ToNative();
+            Done(Native.xvk_batch_norm_forward_training(handle, x.Handle, Tensor.Of(z), Tensor.Of(gamma), Tensor.Of(beta),
+                                                        ref o, y.Handle, Tensor.Of(mask), Tensor.Of(runningMean),
+                                                        Tensor.Of(runningVar), Tensor.Of(savedMean), Tensor.Of(savedRstd)),
+                 x, z, gamma, beta, y, mask, runningMean, runningVar, savedMean, savedRstd);
+        }
+
+        /// <summary>BatchNorm of x with the running statistics (mean = runningMean, rstd =
+        /// 1 / sqrt(runningVar + epsilon)); otherwise as BatchNormForwardTraining.</summary>
+        public void BatchNormForwardInference(Tensor x, Tensor z, Tensor gamma, Tensor beta, Tensor runningMean,
+                                              Tensor runningVar, Tensor y, Tensor mask = null, BatchNormOptions options = null)
+        {
+            var o = (options ?? new BatchNormOptions()).ToNative();
+            Done(Native.xvk_batch_norm_forward_inference(handle, x.Handle, Tensor.Of(z), Tensor.Of(gamma), Tensor.Of(beta),
+                                                         runningMean.Handle, runningVar.Handle, ref o, y.Handle,
+                                                         Tensor.Of(mask)),
+                 x, z, gamma, beta, runningMean, runningVar, y, mask);
+        }
+
+        /// <summary>Gradient of BatchNormForwardTraining from dy, its input x and its saved mean and rstd.
+        /// With Activation.Relu pass exactly one of mask (the forward's) or y (its output), the other null.
+        /// Writes dx and, when given, dz (dy where y > 0: the gradient of z), dgamma and dbeta.</summary>
+        public void BatchNormBackward(Tensor dy, Tensor x, Tensor mask, Tensor y, Tensor gamma, Tensor savedMean,
+                                      Tensor savedRstd, Tensor dx, Tensor dz = null, Tensor dgamma = null,
+                                      Tensor dbeta = null, BatchNormOptions options = null)
+        {
+            var o = (options ?? new BatchNormOptions()).ToNative();
+            Done(Native.xvk_batch_norm_backward(handle, dy.Handle, x.Handle, Tensor.Of(mask), Tensor.Of(y), Tensor.Of(gamma),
+                                                savedMean.Handle, savedRstd.Handle, ref o, dx.Handle, Tensor.Of(dz),
+                                                Tensor.Of(dgamma), Tensor.Of(dbeta)),
+                 dy, x, mask, y, gamma, savedMean, savedRstd, dx, dz, dgamma, dbeta);
         }
 
         /// <summary>Waits for the context's work, then destroys it.</summary>

@@ -142,6 +142,64 @@ static class XvkTests
         return new[] { dx, dgamma, dbeta };
     }
 
+    // BatchNorm over x seen as (n, c, s) channels-first, or (n, s, c) with last.
+    static int ChannelOf(int e, int c, int s, bool last) { return last ? e % c : (e / s) % c; }
+
+    // Per channel: (mean, biased variance, unbiased variance).
+    static double[][] RefBnStats(float[] x, int c, int s, bool last)
+    {
+        double m = x.Length / c;
+        double[] mean = new double[c], sq = new double[c];
+        for (int e = 0; e < x.Length; ++e)
+            mean[ChannelOf(e, c, s, last)] += x[e] / m;
+        for (int e = 0; e < x.Length; ++e)
+        {
+            int ch = ChannelOf(e, c, s, last);
+            sq[ch] += (x[e] - mean[ch]) * (x[e] - mean[ch]);
+        }
+        return new[] { mean, sq.Select(q => q / m).ToArray(), sq.Select(q => q / (m - 1)).ToArray() };
+    }
+
+    // y = activation((x - mean) / sqrt(var + eps) * gamma + beta + z)
+    static double[] RefBnForward(float[] x, int c, int s, bool last, double[] mean, double[] var, double[] gamma,
+                                 double[] beta, double eps, float[] z, bool relu)
+    {
+        var y = new double[x.Length];
+        for (int e = 0; e < x.Length; ++e)
+        {
+            int ch = ChannelOf(e, c, s, last);
+            double v = (x[e] - mean[ch]) / Math.Sqrt(var[ch] + eps) * gamma[ch] + beta[ch] + (z == null ? 0 : z[e]);
+            y[e] = relu && v < 0 ? 0 : v;
+        }
+        return y;
+    }
+
+    // (dx, dgamma, dbeta) of training BatchNorm, channels-first; positive: where y > 0 under ReLU.
+    static double[][] RefBnBackward(float[] dy, float[] x, int c, int s, double[] gamma, double eps, bool[] positive)
+    {
+        var stats = RefBnStats(x, c, s, false);
+        double m = x.Length / c;
+        double[] g = new double[x.Length], xhat = new double[x.Length], dx = new double[x.Length];
+        double[] dgamma = new double[c], dbeta = new double[c];
+        for (int e = 0; e < x.Length; ++e)
+        {
+            int ch = (e / s) % c;
+            g[e] = positive == null || positive[e] ? dy[e] : 0;
+            xhat[e] = (x[e] - stats[0][ch]) / Math.Sqrt(stats[1][ch] + eps);
+            dbeta[ch] += g[e];
+            dgamma[ch] += g[e] * xhat[e];
+        }
+        for (int e = 0; e < x.Length; ++e)
+        {
+            int ch = (e / s) % c;
+            dx[e] = gamma[ch] / Math.Sqrt(stats[1][ch] + eps) * (g[e] - dbeta[ch] / m - xhat[e] * dgamma[ch] / m);
+        }
+        return new[] { dx, dgamma, dbeta };
+    }
+
+    // Bit e of a ReLU mask: bit e % 32 of word e / 32.
+    static bool MaskBit(uint[] mask, int e) { return ((mask[e / 32] >> (e % 32)) & 1) == 1; }
+
     static double[] D(float[] v) { return v.Select(f => (double)f).ToArray(); }
     static double[] Fill(int n, double v) { return Enumerable.Repeat(v, n).ToArray(); }
     static float[] NaNs(int n) { return Enumerable.Repeat(float.NaN, n).ToArray(); }
@@ -409,6 +467,116 @@ static class XvkTests
         AssertClose(h, D(sum), 1e-6, 0);
     }
 
+    // --- BatchNorm -------------------------------------------------------------------------------------------
+
+    static void BatchNormTrainingReluMaskThenBackward()
+    {
+        var rng = new Rng(11);
+        float[] x = rng.Vec(60), gamma = rng.Vec(3), beta = rng.Vec(3), dy = rng.Vec(60); // N, C, spatial = 4, 3, 5
+        long words = Library.BatchNormMaskWords(4, 3, 5);
+        Assert(words == 2, "mask words " + words);
+        float[] y = NaNs(60), runningMean = new float[3], runningVar = { 1, 1, 1 }, savedMean = new float[3], savedRstd = new float[3];
+        float[] dx = new float[60], dz = NaNs(60), dgamma = new float[3], dbeta = new float[3], dx2 = new float[60];
+        uint[] mask = Enumerable.Repeat(0xdeadbeefu, (int)words).ToArray();
+        var options = new BatchNormOptions { Momentum = 0.25f, Activation = Activation.Relu };
+        using (var ctx = new Context())
+        using (Tensor tx = Tensor.FromArray(x, 4, 3, 5), tg = Tensor.FromArray(gamma, 3), tb = Tensor.FromArray(beta, 3),
+                      ty = Tensor.FromArray(y, 4, 3, 5), tm = Tensor.FromArray(mask, words), trm = Tensor.FromArray(runningMean, 3),
+                      trv = Tensor.FromArray(runningVar, 3), tsm = Tensor.FromArray(savedMean, 3), tss = Tensor.FromArray(savedRstd, 3),
+                      tdy = Tensor.FromArray(dy, 4, 3, 5), tdx = Tensor.FromArray(dx, 4, 3, 5), tdz = Tensor.FromArray(dz, 4, 3, 5),
+                      tdg = Tensor.FromArray(dgamma, 3), tdb = Tensor.FromArray(dbeta, 3), tdx2 = Tensor.FromArray(dx2, 4, 3, 5))
+        {
+            ctx.BatchNormForwardTraining(tx, null, tg, tb, ty, tm, trm, trv, tsm, tss, options);
+            ctx.BatchNormBackward(tdy, tx, tm, null, tg, tsm, tss, tdx, tdz, tdg, tdb, options);
+            ctx.BatchNormBackward(tdy, tx, null, ty, tg, tsm, tss, tdx2, options: options); // from y instead of the mask
+        }
+        var stats = RefBnStats(x, 3, 5, false);
+        AssertClose(y, RefBnForward(x, 3, 5, false, stats[0], stats[1], D(gamma), D(beta), 1e-5, null, true), 1e-5, 1e-5);
+        AssertClose(savedMean, stats[0], 1e-5, 1e-6);
+        AssertClose(savedRstd, stats[1].Select(v => 1 / Math.Sqrt(v + 1e-5)).ToArray(), 1e-5, 0);
+        AssertClose(runningMean, stats[0].Select(v => 0.25 * v).ToArray(), 1e-5, 1e-6);
+        AssertClose(runningVar, stats[2].Select(v => 0.75 + 0.25 * v).ToArray(), 1e-5, 0);
+        // bit e of the mask is y[e] > 0; the 4 bits past the 60 elements are 0
+        bool[] positive = y.Select(v => v > 0).ToArray();
+        for (int e = 0; e < 64; ++e)
+            Assert(MaskBit(mask, e) == (e < 60 && positive[e]), "mask bit " + e);
+        Assert(positive.Any(p => p) && !positive.All(p => p), "some positive, some not");
+        for (int e = 0; e < 60; ++e)
+            Assert(dz[e] == (positive[e] ? dy[e] : 0), "dz is dy masked, element " + e);
+        var r = RefBnBackward(dy, x, 3, 5, D(gamma), 1e-5, positive);
+        AssertClose(dx, r[0], 1e-4, 1e-5);
+        AssertClose(dgamma, r[1], 1e-4, 1e-5);
+        AssertClose(dbeta, r[2], 1e-4, 1e-5);
+        Assert(dx.SequenceEqual(dx2), "the same dx from the mask and from y");
+    }
+
+    static void BatchNormChannelsLast()
+    {
+        // (N, H, W, C) = (3, 2, 4, 5) with ChannelAxis -1; without activation each channel of y has
+        // mean beta and (biased) standard deviation |gamma|
+        var rng = new Rng(12);
+        float[] x = rng.Vec(120), gamma = rng.Vec(5).Select(g => g + 3).ToArray(), beta = rng.Vec(5), y = new float[120];
+        using (var ctx = new Context())
+        using (Tensor tx = Tensor.FromArray(x, 3, 2, 4, 5), tg = Tensor.FromArray(gamma, 5), tb = Tensor.FromArray(beta, 5),
+                      ty = Tensor.FromArray(y, 3, 2, 4, 5))
+            ctx.BatchNormForwardTraining(tx, null, tg, tb, ty, options: new BatchNormOptions { ChannelAxis = -1 });
+        var stats = RefBnStats(y, 5, 24, true);
+        AssertClose(beta, stats[0], 0, 1e-5);
+        AssertClose(gamma, stats[1].Select(Math.Sqrt).ToArray(), 1e-4, 0);
+        var xs = RefBnStats(x, 5, 24, true);
+        AssertClose(y, RefBnForward(x, 5, 24, true, xs[0], xs[1], D(gamma), D(beta), 1e-5, null, false), 1e-5, 1e-5);
+    }
+
+    static void BatchNormInferenceAddRelu()
+    {
+        var rng = new Rng(13);
+        float[] x = rng.Vec(24), z = rng.Vec(24), gamma = rng.Vec(3), beta = rng.Vec(3), runningMean = rng.Vec(3);
+        float[] runningVar = rng.Vec(3).Select(v => Math.Abs(v) + 0.5f).ToArray(), y = NaNs(24);
+        uint[] mask = new uint[Library.BatchNormMaskWords(2, 3, 4)];
+        using (var ctx = new Context())
+        using (Tensor tx = Tensor.FromArray(x, 2, 3, 4), tz = Tensor.FromArray(z, 2, 3, 4), tg = Tensor.FromArray(gamma, 3),
+                      tb = Tensor.FromArray(beta, 3), trm = Tensor.FromArray(runningMean, 3), trv = Tensor.FromArray(runningVar, 3),
+                      ty = Tensor.FromArray(y, 2, 3, 4), tm = Tensor.FromArray(mask, mask.Length))
+            ctx.BatchNormForwardInference(tx, tz, tg, tb, trm, trv, ty, tm,
+                                          new BatchNormOptions { Epsilon = 1e-3f, Activation = Activation.Relu });
+        AssertClose(y, RefBnForward(x, 3, 4, false, D(runningMean), D(runningVar), D(gamma), D(beta), 1e-3, z, true), 1e-5, 1e-5);
+        for (int e = 0; e < 24; ++e)
+            Assert(MaskBit(mask, e) == y[e] > 0, "mask bit " + e);
+    }
+
+    static void BatchNormMaskWords()
+    {
+        Assert(Library.BatchNormMaskWords(4, 3, 5) == 2, "4 x 3 x 5");
+        Assert(Library.BatchNormMaskWords(2, 16) == 1 && Library.BatchNormMaskWords(2, 17) == 2, "2 x 16, 2 x 17");
+        Assert(Library.BatchNormMaskWords(8, 3, 0) == 0, "empty");
+        var e = Throws(() => Library.BatchNormMaskWords(2, -1));
+        Assert(e.Status == Status.InvalidArgument && e.Message.StartsWith("xvk_batch_norm_mask_words: x has a negative size"),
+               e.Message);
+    }
+
+    static void BatchNormErrors()
+    {
+        float[] x = new Rng(14).Vec(12), gamma = { 1, 1 }, y = Enumerable.Repeat(7f, 12).ToArray(), s = { 1, 1, 1 };
+        uint[] mask = { 7 }, big = new uint[3];
+        var relu = new BatchNormOptions { Activation = Activation.Relu };
+        using (var ctx = new Context())
+        using (Tensor tx = Tensor.FromArray(x, 4, 3), tg = Tensor.FromArray(gamma, 2), ty = Tensor.FromArray(y, 4, 3),
+                      tm = Tensor.FromArray(mask, 1), tbig = Tensor.FromArray(big, 3), ts = Tensor.FromArray(s, 3))
+        {
+            var e = Throws(() => ctx.BatchNormForwardTraining(tx, null, tg, null, ty, tm, options: relu));
+            Assert(e.Status == Status.InvalidArgument, "status " + e.Status);
+            Assert(e.Message == "xvk_batch_norm_forward_training: gamma has 2 elements, expected 3 (the number of channels)",
+                   e.Message);
+            Assert(y.All(v => v == 7f) && mask[0] == 7, "nothing written");
+            e = Throws(() => ctx.BatchNormForwardTraining(tx, null, null, null, ty, tbig, options: relu));
+            Assert(e.Message.Contains("mask has 3 elements, expected 1"), e.Message);
+            e = Throws(() => ctx.BatchNormForwardTraining(tx, null, null, null, ty, tm));
+            Assert(e.Message.Contains("mask is given but options->activation"), e.Message);
+            e = Throws(() => ctx.BatchNormBackward(tx, tx, null, null, null, ts, ts, ty, options: relu));
+            Assert(e.Message.Contains("mask and y are both NULL"), e.Message);
+        }
+    }
+
     // --- errors -----------------------------------------------------------------------------------------------
 
     static void WrongGammaLength()
@@ -494,6 +662,11 @@ static class XvkTests
             new KeyValuePair<string, Action>("layer_norm_options", LayerNormOptions),
             new KeyValuePair<string, Action>("rms_norm_forward_backward", RmsNormForwardBackward),
             new KeyValuePair<string, Action>("rms_norm_residual", RmsNormResidual),
+            new KeyValuePair<string, Action>("batch_norm_training_relu_mask_then_backward", BatchNormTrainingReluMaskThenBackward),
+            new KeyValuePair<string, Action>("batch_norm_channels_last", BatchNormChannelsLast),
+            new KeyValuePair<string, Action>("batch_norm_inference_add_relu", BatchNormInferenceAddRelu),
+            new KeyValuePair<string, Action>("batch_norm_mask_words", BatchNormMaskWords),
+            new KeyValuePair<string, Action>("batch_norm_errors", BatchNormErrors),
             new KeyValuePair<string, Action>("wrong_gamma_length", WrongGammaLength),
             new KeyValuePair<string, Action>("other_errors", OtherErrors),
             new KeyValuePair<string, Action>("float16", Float16),

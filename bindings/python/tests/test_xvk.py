@@ -62,6 +62,45 @@ def ref_rms_norm_backward(dy, x, gamma, eps):
     return dx, (dy * xhat).sum(axis=0)
 
 
+def ref_batch_norm(x, gamma, beta, eps, axis=1, z=None, relu=False, mean=None, var=None):
+    """(y, mean, rstd, unbiased var): BatchNorm over every dimension but axis (batch statistics
+    unless mean and var are given)."""
+    h = np.moveaxis(x.astype(np.float64), axis, -1)  # channels last
+    flat = h.reshape(-1, h.shape[-1])
+    unbiased = flat.var(axis=0, ddof=1)
+    if mean is None:
+        mean, var = flat.mean(axis=0), flat.var(axis=0)
+    rstd = 1.0 / np.sqrt(var + eps)
+    v = (h - mean) * rstd * gamma + beta
+    if z is not None:
+        v = v + np.moveaxis(z.astype(np.float64), axis, -1)
+    if relu:
+        v = np.maximum(v, 0.0)
+    return np.moveaxis(v, -1, axis), mean, rstd, unbiased
+
+
+def ref_batch_norm_backward(dy, x, gamma, eps, positive=None, axis=1):
+    """(dx, dgamma, dbeta) of training BatchNorm; positive: where y > 0 under ReLU."""
+    h = np.moveaxis(x.astype(np.float64), axis, -1)
+    g = np.moveaxis(dy.astype(np.float64) * (1.0 if positive is None else positive), axis, -1)
+    m = h.size // h.shape[-1]
+    axes = tuple(range(h.ndim - 1))
+    mean = h.mean(axis=axes)
+    rstd = 1.0 / np.sqrt(h.var(axis=axes) + eps)
+    xhat = (h - mean) * rstd
+    dbeta, dgamma = g.sum(axis=axes), (g * xhat).sum(axis=axes)
+    dx = gamma * rstd * (g - dbeta / m - xhat * dgamma / m)
+    return np.moveaxis(dx, -1, axis), dgamma, dbeta
+
+
+def mask_bits(mask, n):
+    """Bits 0..n-1 of a ReLU mask (bit i is bit i % 32 of word i / 32) and the bits past them."""
+    words = mask.astype(np.uint64)
+    i = np.arange(32 * len(words))
+    bits = ((words[i // 32] >> (i % 32).astype(np.uint64)) & 1).astype(bool)
+    return bits[:n], bits[n:]
+
+
 @pytest.fixture
 def ctx():
     with xvk.Context("cpu") as c:
@@ -221,6 +260,109 @@ def test_in_place_and_strided_rows(ctx):
     view = big[:, 2:7]  # rows 10 elements apart
     np.testing.assert_allclose(ctx.layer_norm_forward(view).y, ref_layer_norm(view, None, None, 1e-5)[0],
                                rtol=1e-5, atol=1e-5)
+
+
+# BatchNorm ----------------------------------------------------------------------------------------
+
+def test_batch_norm_training_relu_mask_then_backward(ctx):
+    x, gamma, beta, dy = rand(4, 3, 5), rand(3), rand(3), rand(4, 3, 5)  # N, C, spatial: 60 elements
+    running_mean, running_var = np.zeros(3, np.float32), np.ones(3, np.float32)
+    out = ctx.batch_norm_forward_training(x, gamma, beta, mask=True, saved_mean=True, saved_rstd=True,
+                                          running_mean=running_mean, running_var=running_var, momentum=0.25,
+                                          activation=xvk.Activation.RELU)
+    y, mean, rstd, unbiased = ref_batch_norm(x, gamma, beta, 1e-5, relu=True)
+    np.testing.assert_allclose(out.y, y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.saved_mean, mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.saved_rstd, rstd, rtol=1e-5)
+    np.testing.assert_allclose(running_mean, 0.25 * mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(running_var, 0.75 + 0.25 * unbiased, rtol=1e-5)
+    # the mask: ceil(60 / 32) uint32 words, bit i set where y > 0 (x's memory order), then zeros
+    assert xvk.batch_norm_mask_words(x) == 2
+    assert out.mask.dtype == np.uint32 and out.mask.shape == (2,)
+    bits, padding = mask_bits(out.mask, x.size)
+    np.testing.assert_array_equal(bits, out.y.ravel() > 0)
+    assert not padding.any() and 0 < bits.sum() < x.size
+
+    grads = ctx.batch_norm_backward(dy, x, out.saved_mean, out.saved_rstd, gamma, mask=out.mask, dz=True,
+                                    dgamma=True, dbeta=True, activation=xvk.Activation.RELU)
+    np.testing.assert_array_equal(grads.dz, np.where(out.y > 0, dy, 0))  # dz is dy, masked
+    dx, dgamma, dbeta = ref_batch_norm_backward(dy, x, gamma, 1e-5, positive=y > 0)
+    np.testing.assert_allclose(grads.dx, dx, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(grads.dgamma, dgamma, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(grads.dbeta, dbeta, rtol=1e-4, atol=1e-5)
+    assert grads.dgamma.dtype == np.float32 and grads.dgamma.shape == (3,)
+    # from y instead of the mask: the same bits, so bitwise the same gradients
+    again = ctx.batch_norm_backward(dy, x, out.saved_mean, out.saved_rstd, gamma, y=out.y,
+                                    activation=xvk.Activation.RELU)
+    np.testing.assert_array_equal(again.dx, grads.dx)
+    assert again.dz is None and again.dgamma is None
+
+
+def test_batch_norm_channels_last(ctx):
+    nhwc = rand(3, 2, 4, 5)  # channels last: C = 5
+    gamma, beta = rand(5) + 2, rand(5)
+    y = ctx.batch_norm_forward_training(nhwc, gamma, beta, channel_axis=-1).y
+    # without activation each channel of y has mean beta and (biased) standard deviation |gamma|
+    flat = y.reshape(-1, 5).astype(np.float64)
+    np.testing.assert_allclose(flat.mean(axis=0), beta, atol=1e-5)
+    np.testing.assert_allclose(flat.std(axis=0), np.abs(gamma), rtol=1e-4)
+    np.testing.assert_allclose(y, ref_batch_norm(nhwc, gamma, beta, 1e-5, axis=-1)[0], rtol=1e-5, atol=1e-5)
+    # the same memory seen as (N, C, H, W) with channels-last strides (PyTorch's channels_last)
+    nchw = np.moveaxis(nhwc, -1, 1)
+    out = ctx.batch_norm_forward_training(nchw, gamma, beta, mask=True, activation=xvk.Activation.RELU)
+    assert out.y.strides == nchw.strides  # allocated in x's memory order
+    np.testing.assert_allclose(np.moveaxis(out.y, 1, -1), np.maximum(y, 0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(mask_bits(out.mask, nhwc.size)[0], np.moveaxis(out.y, 1, -1).ravel() > 0)
+
+
+def test_batch_norm_inference_add_relu(ctx):
+    x, z, gamma, beta = rand(2, 3, 4), rand(2, 3, 4), rand(3), rand(3)
+    running_mean, running_var = rand(3), np.abs(rand(3)) + 0.5
+    y = np.full_like(x, np.nan)
+    out = ctx.batch_norm_forward_inference(x, running_mean, running_var, gamma, beta, y, z=z, mask=True,
+                                           epsilon=1e-3, activation=xvk.Activation.RELU)
+    assert out.y is y and out.saved_mean is None
+    want = ref_batch_norm(x, gamma, beta, 1e-3, z=z, relu=True, mean=running_mean, var=running_var)[0]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(mask_bits(out.mask, x.size)[0], y.ravel() > 0)
+    # inference leaves the running statistics alone, and takes none of the training outputs
+    y2 = ctx.batch_norm_forward_inference(x, running_mean, running_var).y
+    np.testing.assert_allclose(y2, ref_batch_norm(x, 1.0, 0.0, 1e-5, mean=running_mean, var=running_var)[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_mask_words():
+    assert xvk.batch_norm_mask_words((4, 3, 5)) == 2
+    assert xvk.batch_norm_mask_words((2, 16)) == 1
+    assert xvk.batch_norm_mask_words((2, 17)) == 2
+    assert xvk.batch_norm_mask_words((8, 3, 0)) == 0
+    assert xvk.batch_norm_mask_words(np.empty((5, 7, 3))) == 4  # a tensor: only its shape is read
+    with pytest.raises(xvk.InvalidArgumentError, match="^xvk_batch_norm_mask_words: x has a negative size"):
+        xvk.batch_norm_mask_words((2, -1))
+
+
+def test_batch_norm_errors(ctx):
+    x, y = rand(4, 3), np.full((4, 3), 7.0, np.float32)
+    with pytest.raises(xvk.InvalidArgumentError) as e:
+        ctx.batch_norm_forward_training(x, rand(2), None, y, mask=True, activation=xvk.Activation.RELU)
+    assert str(e.value) == "xvk_batch_norm_forward_training: gamma has 2 elements, expected 3 (the number of channels)"
+    assert e.value.status == xvk.Status.ERROR_INVALID_ARGUMENT
+    assert np.all(y == 7.0)  # nothing written
+    with pytest.raises(xvk.InvalidArgumentError, match="mask has 3 elements, expected 1"):
+        ctx.batch_norm_forward_training(x, mask=np.zeros(3, np.uint32), activation=xvk.Activation.RELU)
+    with pytest.raises(xvk.InvalidArgumentError, match="mask is given but options->activation"):
+        ctx.batch_norm_forward_training(x, mask=True)
+    with pytest.raises(xvk.InvalidArgumentError, match="options->momentum"):
+        ctx.batch_norm_forward_training(x, momentum=1.5)
+    with pytest.raises(xvk.InvalidArgumentError, match="running_var is NULL"):
+        ctx.batch_norm_forward_training(x, running_mean=np.zeros(3, np.float32))
+    with pytest.raises(xvk.InvalidArgumentError, match="x has 1 value"):
+        ctx.batch_norm_forward_training(rand(1, 3))  # training needs more than one value per channel
+    s = np.ones(3, np.float32)
+    with pytest.raises(xvk.InvalidArgumentError, match="mask and y are both NULL"):
+        ctx.batch_norm_backward(x, x, s, s, activation=xvk.Activation.RELU)
+    with pytest.raises(xvk.UnsupportedError, match="x's strides"):
+        ctx.batch_norm_forward_training(rand(4, 6)[:, ::2])  # neither dense order
 
 
 # errors -------------------------------------------------------------------------------------------

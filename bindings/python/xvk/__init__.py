@@ -5,6 +5,8 @@ Context it is called on. Tensors are NumPy arrays or any object that implements 
 protocol (__dlpack__ and __dlpack_device__: NumPy >= 1.22, PyTorch, CuPy, JAX, ...). Results are
 written into outputs the caller passes; with NumPy inputs, outputs left out are allocated.
 A failing call raises XvkError (a subclass per status) carrying xvk_last_error_message().
+Operators: softmax and log-softmax, LayerNorm, RMSNorm, and BatchNorm with fused ReLU and
+Add+ReLU (whose ReLU mask is a uint32 tensor of batch_norm_mask_words(x) elements).
 
     import numpy as np, xvk
     with xvk.Context("cpu") as ctx:
@@ -25,10 +27,11 @@ except ImportError:  # NumPy is optional: DLPack producers work without it
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backend", "Causal", "Status", "XvkError", "InvalidArgumentError", "UnsupportedError",
+    "Backend", "Causal", "Activation", "Status", "XvkError", "InvalidArgumentError", "UnsupportedError",
     "BackendUnavailableError", "OutOfMemoryError", "DeviceError", "InternalError",
-    "BackendInfo", "NormForward", "NormBackward", "Context", "DeviceArray",
-    "version", "status_string", "backend_name", "backend_query", "last_error_message",
+    "BackendInfo", "NormForward", "NormBackward", "BatchNormForward", "BatchNormBackward", "Context",
+    "DeviceArray", "version", "status_string", "backend_name", "backend_query", "last_error_message",
+    "batch_norm_mask_words",
 ]
 
 
@@ -52,6 +55,11 @@ class Causal(enum.IntEnum):
     NONE = 0
     TOP_LEFT = 1  # row i keeps columns j <= i (PyTorch's is_causal)
     BOTTOM_RIGHT = 2  # row i keeps columns j <= i + (cols - rows): the KV-cache convention
+
+
+class Activation(enum.IntEnum):
+    NONE = 0
+    RELU = 1  # max(v, 0), after BatchNorm's optional add; NaN stays NaN
 
 
 class XvkError(RuntimeError):
@@ -152,6 +160,24 @@ _DEVICE_TYPE = {Backend.CPU: _native.kDLCPU, Backend.CUDA: _native.kDLCUDA, Back
 # Results of the norm operators: the outputs, None where not asked for.
 NormForward = namedtuple("NormForward", "y mean rstd residual_out")
 NormBackward = namedtuple("NormBackward", "dx dgamma dbeta")
+# Results of the BatchNorm operators, likewise (the running statistics are updated in place).
+BatchNormForward = namedtuple("BatchNormForward", "y mask saved_mean saved_rstd")
+BatchNormBackward = namedtuple("BatchNormBackward", "dx dz dgamma dbeta")
+
+
+def batch_norm_mask_words(x):
+    """The number of 32-bit words of BatchNorm's ReLU mask for a tensor shaped like x:
+    ceil(elements / 32). x is a tensor (only its .shape is read) or a shape."""
+    shape = tuple(int(d) for d in (x.shape if hasattr(x, "shape") else x))
+    dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    t = _native.DLTensor()
+    t.device = _native.DLDevice(_native.kDLCPU, 0)
+    t.ndim = len(shape)
+    t.dtype = _native.DLDataType(_native.kDLFloat, 32, 1)
+    t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+    words = ctypes.c_int64()
+    _check(lib.xvk_batch_norm_mask_words(ctypes.byref(t), ctypes.byref(words)))
+    return words.value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,19 +256,22 @@ def _shape_of(obj):
     return tuple(int(d) for d in obj.shape)
 
 
-def _alloc_like(obj, name, shape=None, dtype=None):
-    """A new NumPy array for an output the caller left out (NumPy inputs only)."""
+def _alloc_like(obj, name, shape=None, dtype=None, same_layout=False):
+    """A new NumPy array for an output the caller left out (NumPy inputs only). same_layout:
+    obj's shape, dtype and memory order (BatchNorm's channels-first or channels-last)."""
     if _np is None or not isinstance(obj, _np.ndarray):
         raise TypeError("%s was not given, and is only allocated for NumPy inputs: pass an output "
                         "tensor on the input's device" % name)
+    if same_layout:
+        return _np.empty_like(obj)
     return _np.empty(obj.shape if shape is None else shape, obj.dtype if dtype is None else dtype)
 
 
-def _want(arg, like, name, shape, dtype):
+def _want(arg, like, name, shape, dtype, same_layout=False):
     """An optional output: None (not computed), True (allocate) or the caller's tensor.
     shape is a function giving the shape to allocate, None for like's."""
     if arg is True:
-        return _alloc_like(like, name, shape() if shape else None, dtype)
+        return _alloc_like(like, name, shape() if shape else None, dtype, same_layout)
     if arg is False:
         return None
     return arg
@@ -468,6 +497,96 @@ class Context:
             args.tensor(rstd, "rstd"), options, args.tensor(dx, "dx", output=True),
             args.tensor(dgamma, "dgamma", output=True)))
         return NormBackward(dx, dgamma, None)
+
+    # BatchNorm ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _batch_norm_options(epsilon, momentum, activation, channel_axis):
+        o = _native.BatchNormOptions()
+        o.struct_size = ctypes.sizeof(o)
+        o.epsilon = epsilon
+        o.momentum = momentum
+        o.activation = int(activation)
+        o.channel_axis = int(channel_axis)
+        return ctypes.pointer(o)
+
+    @staticmethod
+    def _channels(x, channel_axis):
+        """The shape of allocated per-channel outputs: (C,). A bad x or channel_axis is left
+        for the library to report."""
+        def shape():
+            dims = _shape_of(x)
+            return (dims[channel_axis],) if len(dims) >= 2 and -len(dims) <= channel_axis < len(dims) else (0,)
+        return shape
+
+    @staticmethod
+    def _mask_words(x):
+        return lambda: (batch_norm_mask_words(x),)
+
+    def batch_norm_forward_training(self, x, gamma=None, beta=None, y=None, *, z=None, mask=None,
+                                    running_mean=None, running_var=None, saved_mean=None, saved_rstd=None,
+                                    epsilon=1e-5, momentum=0.1, activation=Activation.NONE, channel_axis=1):
+        """BatchNorm of x with batch statistics: y = activation((x - mean) * rstd * gamma + beta + z).
+
+        Channels are x's dimension channel_axis (1: (N, C, spatial...), -1: (N, spatial..., C)); x
+        is dense channels-first or channels-last. gamma, beta (float32, C elements) and z (the
+        residual of Add+ReLU) are optional. running_mean and running_var (float32, given together)
+        are updated in place with momentum. mask (needs activation=RELU), saved_mean and
+        saved_rstd: None (not computed), True (allocated, NumPy inputs only: the mask as uint32
+        of batch_norm_mask_words(x) elements) or an output tensor (the mask uint32 or int32).
+        y may be x or z (in-place); allocated like x. Returns BatchNormForward(y, mask,
+        saved_mean, saved_rstd)."""
+        channels = self._channels(x, channel_axis)
+        y = _alloc_like(x, "y", same_layout=True) if y is None else y
+        mask = _want(mask, x, "mask", self._mask_words(x), "uint32")
+        saved_mean = _want(saved_mean, x, "saved_mean", channels, "float32")
+        saved_rstd = _want(saved_rstd, x, "saved_rstd", channels, "float32")
+        args = _Args(self)
+        options = self._batch_norm_options(epsilon, momentum, activation, channel_axis)
+        _check(lib.xvk_batch_norm_forward_training(
+            self._h(), args.tensor(x, "x"), args.tensor(z, "z"), args.tensor(gamma, "gamma"),
+            args.tensor(beta, "beta"), options, args.tensor(y, "y", output=True),
+            args.tensor(mask, "mask", output=True), args.tensor(running_mean, "running_mean", output=True),
+            args.tensor(running_var, "running_var", output=True),
+            args.tensor(saved_mean, "saved_mean", output=True), args.tensor(saved_rstd, "saved_rstd", output=True)))
+        return BatchNormForward(y, mask, saved_mean, saved_rstd)
+
+    def batch_norm_forward_inference(self, x, running_mean, running_var, gamma=None, beta=None, y=None, *,
+                                     z=None, mask=None, epsilon=1e-5, activation=Activation.NONE, channel_axis=1):
+        """BatchNorm of x with the running statistics (mean = running_mean, rstd =
+        1 / sqrt(running_var + epsilon)); otherwise as batch_norm_forward_training. Returns
+        BatchNormForward(y, mask, None, None)."""
+        y = _alloc_like(x, "y", same_layout=True) if y is None else y
+        mask = _want(mask, x, "mask", self._mask_words(x), "uint32")
+        args = _Args(self)
+        options = self._batch_norm_options(epsilon, 0.1, activation, channel_axis)
+        _check(lib.xvk_batch_norm_forward_inference(
+            self._h(), args.tensor(x, "x"), args.tensor(z, "z"), args.tensor(gamma, "gamma"),
+            args.tensor(beta, "beta"), args.tensor(running_mean, "running_mean"),
+            args.tensor(running_var, "running_var"), options, args.tensor(y, "y", output=True),
+            args.tensor(mask, "mask", output=True)))
+        return BatchNormForward(y, mask, None, None)
+
+    def batch_norm_backward(self, dy, x, saved_mean, saved_rstd, gamma=None, dx=None, *, mask=None, y=None,
+                            dz=None, dgamma=None, dbeta=None, activation=Activation.NONE, channel_axis=1):
+        """Gradient of batch_norm_forward_training from dy, its input x and its saved_mean and
+        saved_rstd. With activation=RELU pass exactly one of mask (the forward's) or y (its
+        output). dz (the gradient of z: dy where y > 0), dgamma, dbeta: None, True (allocated;
+        dgamma and dbeta float32) or an output tensor. dx may be dy or x; allocated like dy.
+        Returns BatchNormBackward(dx, dz, dgamma, dbeta)."""
+        channels = self._channels(x, channel_axis)
+        dx = _alloc_like(dy, "dx", same_layout=True) if dx is None else dx
+        dz = _want(dz, dy, "dz", None, None, same_layout=True)
+        dgamma = _want(dgamma, x, "dgamma", channels, "float32")
+        dbeta = _want(dbeta, x, "dbeta", channels, "float32")
+        args = _Args(self)
+        options = self._batch_norm_options(1e-5, 0.1, activation, channel_axis)
+        _check(lib.xvk_batch_norm_backward(
+            self._h(), args.tensor(dy, "dy"), args.tensor(x, "x"), args.tensor(mask, "mask"), args.tensor(y, "y"),
+            args.tensor(gamma, "gamma"), args.tensor(saved_mean, "saved_mean"), args.tensor(saved_rstd, "saved_rstd"),
+            options, args.tensor(dx, "dx", output=True), args.tensor(dz, "dz", output=True),
+            args.tensor(dgamma, "dgamma", output=True), args.tensor(dbeta, "dbeta", output=True)))
+        return BatchNormBackward(dx, dz, dgamma, dbeta)
 
 
 class DeviceArray:

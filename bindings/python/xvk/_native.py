@@ -79,6 +79,18 @@ class NormOptions(ctypes.Structure):
     ]
 
 
+class BatchNormOptions(ctypes.Structure):
+    """xvk_batch_norm_options."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("epsilon", ctypes.c_float),
+        ("momentum", ctypes.c_float),
+        ("activation", ctypes.c_int32),
+        ("channel_axis", ctypes.c_int32),
+    ]
+
+
 def _library_names():
     override = os.environ.get("XVK_LIBRARY")
     if override:
@@ -141,6 +153,22 @@ _PROTOTYPES = {
     "xvk_rms_norm_backward": (
         _status,
         [_ctx, DLTensorP, DLTensorP, DLTensorP, DLTensorP, ctypes.POINTER(NormOptions), DLTensorP, DLTensorP],
+    ),
+    "xvk_batch_norm_mask_words": (_status, [DLTensorP, ctypes.POINTER(ctypes.c_int64)]),
+    "xvk_batch_norm_forward_training": (
+        _status,
+        [_ctx, DLTensorP, DLTensorP, DLTensorP, DLTensorP, ctypes.POINTER(BatchNormOptions), DLTensorP, DLTensorP,
+         DLTensorP, DLTensorP, DLTensorP, DLTensorP],
+    ),
+    "xvk_batch_norm_forward_inference": (
+        _status,
+        [_ctx, DLTensorP, DLTensorP, DLTensorP, DLTensorP, DLTensorP, DLTensorP, ctypes.POINTER(BatchNormOptions),
+         DLTensorP, DLTensorP],
+    ),
+    "xvk_batch_norm_backward": (
+        _status,
+        [_ctx, DLTensorP, DLTensorP, DLTensorP, DLTensorP, DLTensorP, DLTensorP, DLTensorP,
+         ctypes.POINTER(BatchNormOptions), DLTensorP, DLTensorP, DLTensorP, DLTensorP],
     ),
 }
 for _name, (_restype, _argtypes) in _PROTOTYPES.items():

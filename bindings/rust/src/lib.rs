@@ -1,5 +1,5 @@
-//! Rust binding of xvk: fused deep-learning kernels (softmax, LayerNorm, RMSNorm) behind a
-//! stable C ABI.
+//! Rust binding of xvk: fused deep-learning kernels (softmax, LayerNorm, RMSNorm, BatchNorm with
+//! fused ReLU and Add+ReLU) behind a stable C ABI.
 //!
 //! Two layers: [`sys`] declares the C header one to one; the crate root wraps it safely. A
 //! [`Context`] owns an `xvk_context` (destroyed on drop); CPU tensors borrow slices
@@ -202,6 +202,8 @@ pub enum DType {
     F16,
     /// bfloat16, held as `u16` bit patterns on the Rust side.
     BF16,
+    /// 32-bit words (`u32`): the ReLU mask of BatchNorm, not an element type of the operators.
+    U32,
 }
 
 impl DType {
@@ -210,12 +212,13 @@ impl DType {
             DType::F32 => sys::DLDataType { code: sys::kDLFloat, bits: 32, lanes: 1 },
             DType::F16 => sys::DLDataType { code: sys::kDLFloat, bits: 16, lanes: 1 },
             DType::BF16 => sys::DLDataType { code: sys::kDLBfloat, bits: 16, lanes: 1 },
+            DType::U32 => sys::DLDataType { code: sys::kDLUInt, bits: 32, lanes: 1 },
         }
     }
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::F32 | DType::U32 => 4,
             DType::F16 | DType::BF16 => 2,
         }
     }
@@ -246,8 +249,8 @@ fn check_len(len: usize, shape: &[i64], what: &str) -> Result<()> {
 }
 
 fn check_bits16(dtype: DType, what: &str) -> Result<()> {
-    if dtype == DType::F32 {
-        return Err(Error::binding(format!("{}: u16 bit patterns are F16 or BF16, not F32", what)));
+    if dtype != DType::F16 && dtype != DType::BF16 {
+        return Err(Error::binding(format!("{}: u16 bit patterns are F16 or BF16, not {:?}", what, dtype)));
     }
     Ok(())
 }
@@ -307,6 +310,12 @@ impl<'a> Tensor<'a> {
         Ok(Tensor { layout: Layout::cpu(data.as_ptr() as *mut c_void, dtype, shape), _data: PhantomData })
     }
 
+    /// A uint32 CPU tensor: the words of a BatchNorm ReLU mask (see [`batch_norm_mask_words`]).
+    pub fn u32(data: &'a [u32], shape: &[i64]) -> Result<Tensor<'a>> {
+        check_len(data.len(), shape, "Tensor::u32")?;
+        Ok(Tensor { layout: Layout::cpu(data.as_ptr() as *mut c_void, DType::U32, shape), _data: PhantomData })
+    }
+
     /// Any memory the library can address, for device memory from another framework.
     ///
     /// # Safety
@@ -356,6 +365,12 @@ impl<'a> TensorMut<'a> {
         check_bits16(dtype, "TensorMut::bits16")?;
         check_len(data.len(), shape, "TensorMut::bits16")?;
         Ok(TensorMut { layout: Layout::cpu(data.as_mut_ptr() as *mut c_void, dtype, shape), _data: PhantomData })
+    }
+
+    /// A uint32 CPU output: the words of a BatchNorm ReLU mask (see [`batch_norm_mask_words`]).
+    pub fn u32(data: &'a mut [u32], shape: &[i64]) -> Result<TensorMut<'a>> {
+        check_len(data.len(), shape, "TensorMut::u32")?;
+        Ok(TensorMut { layout: Layout::cpu(data.as_mut_ptr() as *mut c_void, DType::U32, shape), _data: PhantomData })
     }
 
     /// # Safety
@@ -464,6 +479,71 @@ impl Default for RmsNormOptions<'_, '_> {
             residual_out: None,
         }
     }
+}
+
+/// The activation BatchNorm applies after its (optional) add.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    None,
+    /// max(v, 0); NaN stays NaN.
+    Relu,
+}
+
+impl Activation {
+    fn raw(self) -> sys::xvk_activation_t {
+        match self {
+            Activation::None => sys::XVK_ACTIVATION_NONE,
+            Activation::Relu => sys::XVK_ACTIVATION_RELU,
+        }
+    }
+}
+
+/// `xvk_batch_norm_options`. The backward uses `activation` and `channel_axis` only.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchNormOptions {
+    /// > 0; default 1e-5.
+    pub epsilon: f32,
+    /// Training: running = (1 - momentum) * running + momentum * batch statistic; default 0.1.
+    pub momentum: f32,
+    /// Applied after the optional add of z; default [`Activation::None`].
+    pub activation: Activation,
+    /// The channel dimension of x: 1 for (N, C, spatial...), -1 for (N, spatial..., C); default 1.
+    pub channel_axis: i32,
+}
+
+impl Default for BatchNormOptions {
+    fn default() -> Self {
+        BatchNormOptions { epsilon: 1e-5, momentum: 0.1, activation: Activation::None, channel_axis: 1 }
+    }
+}
+
+impl BatchNormOptions {
+    fn raw(&self) -> sys::xvk_batch_norm_options {
+        sys::xvk_batch_norm_options {
+            epsilon: self.epsilon,
+            momentum: self.momentum,
+            activation: self.activation.raw(),
+            channel_axis: self.channel_axis,
+            ..Default::default()
+        }
+    }
+}
+
+/// The number of `u32` words of BatchNorm's ReLU mask for a tensor of this shape:
+/// ceil(elements / 32). Bit i (bit i % 32 of word i / 32) is element i of y, in x's memory order.
+pub fn batch_norm_mask_words(shape: &[i64]) -> Result<usize> {
+    let x = sys::DLTensor {
+        data: ptr::null_mut(),
+        device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
+        ndim: shape.len() as i32,
+        dtype: DType::F32.raw(),
+        shape: shape.as_ptr() as *mut i64,
+        strides: ptr::null_mut(),
+        byte_offset: 0,
+    };
+    let mut words: i64 = 0;
+    check(unsafe { sys::xvk_batch_norm_mask_words(&x, &mut words) })?;
+    Ok(words as usize)
 }
 
 // DLTensors of optional arguments, living as long as the call's stack frame.
@@ -737,6 +817,131 @@ impl Context {
             sys::xvk_rms_norm_backward(self.as_raw(), &dyr, &xr, in_ptr(&g), &sr, &o, &mut dxr, out_ptr(&mut dg))
         })
     }
+
+    // BatchNorm -------------------------------------------------------------------------------
+
+    /// BatchNorm of x with its batch statistics, per channel:
+    /// y = activation((x - mean) * rstd * gamma + beta + z), with gamma, beta and z optional.
+    /// `mask` (with [`Activation::Relu`]; [`batch_norm_mask_words`] `u32`s),
+    /// `saved_mean` and `saved_rstd` are written when given; `running_mean` and `running_var`
+    /// (given together) are updated in place. Parameters and statistics are float32, C elements.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm_forward_training(
+        &self,
+        x: &Tensor,
+        z: Option<&Tensor>,
+        gamma: Option<&Tensor>,
+        beta: Option<&Tensor>,
+        options: BatchNormOptions,
+        y: &mut TensorMut,
+        mask: Option<&mut TensorMut>,
+        running_mean: Option<&mut TensorMut>,
+        running_var: Option<&mut TensorMut>,
+        saved_mean: Option<&mut TensorMut>,
+        saved_rstd: Option<&mut TensorMut>,
+    ) -> Result<()> {
+        let (zr, g, b) = (opt_raw(z), opt_raw(gamma), opt_raw(beta));
+        let (mut m, mut rm, mut rv) = (opt_raw_mut(&mask), opt_raw_mut(&running_mean), opt_raw_mut(&running_var));
+        let (mut sm, mut ss) = (opt_raw_mut(&saved_mean), opt_raw_mut(&saved_rstd));
+        let o = options.raw();
+        let (xr, mut yr) = (x.layout.raw(), y.layout.raw());
+        check(unsafe {
+            sys::xvk_batch_norm_forward_training(
+                self.as_raw(),
+                &xr,
+                in_ptr(&zr),
+                in_ptr(&g),
+                in_ptr(&b),
+                &o,
+                &mut yr,
+                out_ptr(&mut m),
+                out_ptr(&mut rm),
+                out_ptr(&mut rv),
+                out_ptr(&mut sm),
+                out_ptr(&mut ss),
+            )
+        })
+    }
+
+    /// BatchNorm of x with the running statistics: mean = running_mean, rstd =
+    /// 1 / sqrt(running_var + epsilon); otherwise as [`Context::batch_norm_forward_training`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm_forward_inference(
+        &self,
+        x: &Tensor,
+        z: Option<&Tensor>,
+        gamma: Option<&Tensor>,
+        beta: Option<&Tensor>,
+        running_mean: &Tensor,
+        running_var: &Tensor,
+        options: BatchNormOptions,
+        y: &mut TensorMut,
+        mask: Option<&mut TensorMut>,
+    ) -> Result<()> {
+        let (zr, g, b) = (opt_raw(z), opt_raw(gamma), opt_raw(beta));
+        let mut m = opt_raw_mut(&mask);
+        let o = options.raw();
+        let (xr, rmr, rvr, mut yr) =
+            (x.layout.raw(), running_mean.layout.raw(), running_var.layout.raw(), y.layout.raw());
+        check(unsafe {
+            sys::xvk_batch_norm_forward_inference(
+                self.as_raw(),
+                &xr,
+                in_ptr(&zr),
+                in_ptr(&g),
+                in_ptr(&b),
+                &rmr,
+                &rvr,
+                &o,
+                &mut yr,
+                out_ptr(&mut m),
+            )
+        })
+    }
+
+    /// Gradient of [`Context::batch_norm_forward_training`] from dy, its input x and its saved
+    /// mean and rstd. With [`Activation::Relu`] give exactly one of `mask` (the forward's) or `y`
+    /// (its output). Writes dx and, when given, dz (dy where y > 0: the gradient of z), dgamma
+    /// and dbeta.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mask: Option<&Tensor>,
+        y: Option<&Tensor>,
+        gamma: Option<&Tensor>,
+        saved_mean: &Tensor,
+        saved_rstd: &Tensor,
+        options: BatchNormOptions,
+        dx: &mut TensorMut,
+        dz: Option<&mut TensorMut>,
+        dgamma: Option<&mut TensorMut>,
+        dbeta: Option<&mut TensorMut>,
+    ) -> Result<()> {
+        let (m, yr, g) = (opt_raw(mask), opt_raw(y), opt_raw(gamma));
+        let (mut dzr, mut dg, mut db) = (opt_raw_mut(&dz), opt_raw_mut(&dgamma), opt_raw_mut(&dbeta));
+        let o = options.raw();
+        let (dyr, xr, smr, ssr, mut dxr) =
+            (dy.layout.raw(), x.layout.raw(), saved_mean.layout.raw(), saved_rstd.layout.raw(), dx.layout.raw());
+        check(unsafe {
+            sys::xvk_batch_norm_backward(
+                self.as_raw(),
+                &dyr,
+                &xr,
+                in_ptr(&m),
+                in_ptr(&yr),
+                in_ptr(&g),
+                &smr,
+                &ssr,
+                &o,
+                &mut dxr,
+                out_ptr(&mut dzr),
+                out_ptr(&mut dg),
+                out_ptr(&mut db),
+            )
+        })
+    }
 }
 
 impl Drop for Context {
@@ -754,13 +959,15 @@ mod private {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for u16 {}
+    impl Sealed for u32 {}
 }
 
-/// Element types that can be copied to and from a [`DeviceBuffer`] (`f32`, and `u16` for
-/// 16-bit float bit patterns).
+/// Element types that can be copied to and from a [`DeviceBuffer`] (`f32`, `u16` for 16-bit
+/// float bit patterns, and `u32` for BatchNorm's ReLU mask words).
 pub trait Element: Copy + private::Sealed {}
 impl Element for f32 {}
 impl Element for u16 {}
+impl Element for u32 {}
 
 /// Memory from `xvk_memory_alloc` on a context's device, freed on drop.
 #[derive(Debug)]

@@ -72,6 +72,10 @@ pub const XVK_CAUSAL_NONE: xvk_causal_t = 0;
 pub const XVK_CAUSAL_TOP_LEFT: xvk_causal_t = 1;
 pub const XVK_CAUSAL_BOTTOM_RIGHT: xvk_causal_t = 2;
 
+pub type xvk_activation_t = c_int;
+pub const XVK_ACTIVATION_NONE: xvk_activation_t = 0;
+pub const XVK_ACTIVATION_RELU: xvk_activation_t = 1;
+
 /// Opaque context.
 #[repr(C)]
 pub struct xvk_context {
@@ -145,6 +149,29 @@ impl Default for xvk_rms_norm_options {
             zero_centered_gamma: 0,
             residual: std::ptr::null(),
             residual_out: std::ptr::null_mut(),
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct xvk_batch_norm_options {
+    pub struct_size: u32,
+    pub epsilon: f32,
+    pub momentum: f32,
+    pub activation: i32,
+    pub channel_axis: i32,
+}
+
+/// `XVK_BATCH_NORM_OPTIONS_INIT`
+impl Default for xvk_batch_norm_options {
+    fn default() -> Self {
+        xvk_batch_norm_options {
+            struct_size: std::mem::size_of::<xvk_batch_norm_options>() as u32,
+            epsilon: 1e-5,
+            momentum: 0.1,
+            activation: XVK_ACTIVATION_NONE,
+            channel_axis: 1,
         }
     }
 }
@@ -245,6 +272,49 @@ extern "C" {
         dx: *mut DLTensor,
         dgamma: *mut DLTensor,
     ) -> xvk_status_t;
+
+    pub fn xvk_batch_norm_mask_words(x: *const DLTensor, words: *mut i64) -> xvk_status_t;
+    pub fn xvk_batch_norm_forward_training(
+        ctx: *mut xvk_context,
+        x: *const DLTensor,
+        z: *const DLTensor,
+        gamma: *const DLTensor,
+        beta: *const DLTensor,
+        options: *const xvk_batch_norm_options,
+        y: *mut DLTensor,
+        mask: *mut DLTensor,
+        running_mean: *mut DLTensor,
+        running_var: *mut DLTensor,
+        saved_mean: *mut DLTensor,
+        saved_rstd: *mut DLTensor,
+    ) -> xvk_status_t;
+    pub fn xvk_batch_norm_forward_inference(
+        ctx: *mut xvk_context,
+        x: *const DLTensor,
+        z: *const DLTensor,
+        gamma: *const DLTensor,
+        beta: *const DLTensor,
+        running_mean: *const DLTensor,
+        running_var: *const DLTensor,
+        options: *const xvk_batch_norm_options,
+        y: *mut DLTensor,
+        mask: *mut DLTensor,
+    ) -> xvk_status_t;
+    pub fn xvk_batch_norm_backward(
+        ctx: *mut xvk_context,
+        dy: *const DLTensor,
+        x: *const DLTensor,
+        mask: *const DLTensor,
+        y: *const DLTensor,
+        gamma: *const DLTensor,
+        saved_mean: *const DLTensor,
+        saved_rstd: *const DLTensor,
+        options: *const xvk_batch_norm_options,
+        dx: *mut DLTensor,
+        dz: *mut DLTensor,
+        dgamma: *mut DLTensor,
+        dbeta: *mut DLTensor,
+    ) -> xvk_status_t;
 }
 
 #[cfg(test)]
@@ -262,5 +332,6 @@ mod tests {
         assert_eq!(size_of::<xvk_softmax_options>(), 24);
         assert_eq!(size_of::<xvk_layer_norm_options>(), 32);
         assert_eq!(size_of::<xvk_rms_norm_options>(), 32);
+        assert_eq!(size_of::<xvk_batch_norm_options>(), 20);
     }
 }

@@ -1,6 +1,7 @@
 //! Tests of the Rust binding on the CPU backend, against float64 references written here.
 use xvk::{
-    Backend, Causal, Context, DType, LayerNormOptions, RmsNormOptions, SoftmaxOptions, Status, Tensor, TensorMut,
+    Activation, Backend, BatchNormOptions, Causal, Context, DType, LayerNormOptions, RmsNormOptions, SoftmaxOptions,
+    Status, Tensor, TensorMut,
 };
 
 // A small deterministic generator (values in [-2, 2)), so the tests need no crates.
@@ -83,6 +84,92 @@ fn ref_norm_backward(
         }
     }
     (dx, dgamma, dbeta)
+}
+
+// BatchNorm over x seen as (n, c, s) channels-first, or (n, s, c) with `last` ------------------
+
+fn channel_of(e: usize, c: usize, s: usize, last: bool) -> usize {
+    if last {
+        e % c
+    } else {
+        (e / s) % c
+    }
+}
+
+/// Per channel: (mean, biased variance, unbiased variance).
+fn ref_bn_stats(x: &[f32], c: usize, s: usize, last: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let m = (x.len() / c) as f64;
+    let mut mean = vec![0.0; c];
+    for (e, &v) in x.iter().enumerate() {
+        mean[channel_of(e, c, s, last)] += v as f64 / m;
+    }
+    let mut sq = vec![0.0; c];
+    for (e, &v) in x.iter().enumerate() {
+        let ch = channel_of(e, c, s, last);
+        sq[ch] += (v as f64 - mean[ch]) * (v as f64 - mean[ch]);
+    }
+    (mean, sq.iter().map(|q| q / m).collect(), sq.iter().map(|q| q / (m - 1.0)).collect())
+}
+
+/// y = activation((x - mean) / sqrt(var + eps) * gamma + beta + z)
+#[allow(clippy::too_many_arguments)]
+fn ref_bn_forward(
+    x: &[f32],
+    c: usize,
+    s: usize,
+    last: bool,
+    (mean, var): (&[f64], &[f64]),
+    (gamma, beta): (&[f64], &[f64]),
+    eps: f64,
+    z: Option<&[f32]>,
+    relu: bool,
+) -> Vec<f64> {
+    let mut y = vec![];
+    for (e, &v) in x.iter().enumerate() {
+        let ch = channel_of(e, c, s, last);
+        let mut out =
+            (v as f64 - mean[ch]) / (var[ch] + eps).sqrt() * gamma[ch] + beta[ch] + z.map_or(0.0, |z| z[e] as f64);
+        if relu && out < 0.0 {
+            out = 0.0;
+        }
+        y.push(out);
+    }
+    y
+}
+
+/// (dx, dgamma, dbeta) of training BatchNorm; `positive`: where y > 0 under ReLU.
+fn ref_bn_backward(
+    dy: &[f32],
+    x: &[f32],
+    c: usize,
+    s: usize,
+    gamma: &[f64],
+    eps: f64,
+    positive: Option<&[bool]>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mean, var, _) = ref_bn_stats(x, c, s, false);
+    let m = (x.len() / c) as f64;
+    let g: Vec<f64> =
+        dy.iter().enumerate().map(|(e, &d)| if positive.map_or(true, |p| p[e]) { d as f64 } else { 0.0 }).collect();
+    let xhat: Vec<f64> =
+        x.iter().enumerate().map(|(e, &v)| (v as f64 - mean[(e / s) % c]) / (var[(e / s) % c] + eps).sqrt()).collect();
+    let (mut dgamma, mut dbeta) = (vec![0.0; c], vec![0.0; c]);
+    for e in 0..x.len() {
+        dbeta[(e / s) % c] += g[e];
+        dgamma[(e / s) % c] += g[e] * xhat[e];
+    }
+    let dx = (0..x.len())
+        .map(|e| {
+            let ch = (e / s) % c;
+            gamma[ch] / (var[ch] + eps).sqrt() * (g[e] - dbeta[ch] / m - xhat[e] * dgamma[ch] / m)
+        })
+        .collect();
+    (dx, dgamma, dbeta)
+}
+
+/// Bit e of a ReLU mask: bit e % 32 of word e / 32.
+fn mask_bit(mask: &[u32], e: usize) -> bool {
+    (mask[e / 32] >> (e % 32)) & 1 == 1
 }
 
 fn f64s(v: &[f32]) -> Vec<f64> {
@@ -448,6 +535,261 @@ fn rms_norm_residual() {
     let sum: Vec<f32> = x.iter().zip(&r).map(|(a, b)| a + b).collect();
     assert_close(&y, &ref_norm(&sum, 5, &[1.0; 5], &[0.0; 5], 1e-4, true).0, 1e-5, 1e-5);
     assert_close(&h, &f64s(&sum), 1e-6, 0.0);
+}
+
+// BatchNorm --------------------------------------------------------------------------------------
+
+#[test]
+fn batch_norm_training_relu_mask_then_backward() {
+    let ctx = Context::cpu().unwrap();
+    let mut rng = Rng(11);
+    let shape = [4i64, 3, 5]; // N, C, spatial: 60 elements
+    let (x, gamma, beta, dy) = (rng.vec(60), rng.vec(3), rng.vec(3), rng.vec(60));
+    let words = xvk::batch_norm_mask_words(&shape).unwrap();
+    assert_eq!(words, 2);
+    let (mut y, mut mask) = (vec![f32::NAN; 60], vec![0xdead_beefu32; words]);
+    let (mut running_mean, mut running_var) = (vec![0.0f32; 3], vec![1.0f32; 3]);
+    let (mut saved_mean, mut saved_rstd) = (vec![0.0f32; 3], vec![0.0f32; 3]);
+    let (tx, tg) = (Tensor::f32(&x, &shape).unwrap(), Tensor::f32(&gamma, &[3]).unwrap());
+    let options = BatchNormOptions { momentum: 0.25, activation: Activation::Relu, ..Default::default() };
+    ctx.batch_norm_forward_training(
+        &tx,
+        None,
+        Some(&tg),
+        Some(&Tensor::f32(&beta, &[3]).unwrap()),
+        options,
+        &mut TensorMut::f32(&mut y, &shape).unwrap(),
+        Some(&mut TensorMut::u32(&mut mask, &[words as i64]).unwrap()),
+        Some(&mut TensorMut::f32(&mut running_mean, &[3]).unwrap()),
+        Some(&mut TensorMut::f32(&mut running_var, &[3]).unwrap()),
+        Some(&mut TensorMut::f32(&mut saved_mean, &[3]).unwrap()),
+        Some(&mut TensorMut::f32(&mut saved_rstd, &[3]).unwrap()),
+    )
+    .unwrap();
+    let (mean, var, unbiased) = ref_bn_stats(&x, 3, 5, false);
+    let ry = ref_bn_forward(&x, 3, 5, false, (&mean, &var), (&f64s(&gamma), &f64s(&beta)), 1e-5, None, true);
+    assert_close(&y, &ry, 1e-5, 1e-5);
+    assert_close(&saved_mean, &mean, 1e-5, 1e-6);
+    assert_close(&saved_rstd, &var.iter().map(|v| 1.0 / (v + 1e-5).sqrt()).collect::<Vec<_>>(), 1e-5, 0.0);
+    assert_close(&running_mean, &mean.iter().map(|m| 0.25 * m).collect::<Vec<_>>(), 1e-5, 1e-6);
+    assert_close(&running_var, &unbiased.iter().map(|v| 0.75 + 0.25 * v).collect::<Vec<_>>(), 1e-5, 0.0);
+    // bit e of the mask is y[e] > 0; the 4 bits past the 60 elements are 0
+    let positive: Vec<bool> = y.iter().map(|&v| v > 0.0).collect();
+    let bits: Vec<bool> = (0..64).map(|e| mask_bit(&mask, e)).collect();
+    assert_eq!(&bits[..60], &positive[..]);
+    assert!(!bits[60..].iter().any(|&b| b));
+    assert!(positive.iter().any(|&p| p) && !positive.iter().all(|&p| p));
+
+    let (mut dx, mut dz, mut dgamma, mut dbeta) =
+        (vec![0.0f32; 60], vec![f32::NAN; 60], vec![0.0f32; 3], vec![0.0f32; 3]);
+    let (tsm, tss) = (Tensor::f32(&saved_mean, &[3]).unwrap(), Tensor::f32(&saved_rstd, &[3]).unwrap());
+    let tdy = Tensor::f32(&dy, &shape).unwrap();
+    ctx.batch_norm_backward(
+        &tdy,
+        &tx,
+        Some(&Tensor::u32(&mask, &[words as i64]).unwrap()),
+        None,
+        Some(&tg),
+        &tsm,
+        &tss,
+        options,
+        &mut TensorMut::f32(&mut dx, &shape).unwrap(),
+        Some(&mut TensorMut::f32(&mut dz, &shape).unwrap()),
+        Some(&mut TensorMut::f32(&mut dgamma, &[3]).unwrap()),
+        Some(&mut TensorMut::f32(&mut dbeta, &[3]).unwrap()),
+    )
+    .unwrap();
+    for e in 0..60 {
+        assert_eq!(dz[e], if positive[e] { dy[e] } else { 0.0 }, "dz[{}]: dy masked", e);
+    }
+    let (rdx, rdgamma, rdbeta) = ref_bn_backward(&dy, &x, 3, 5, &f64s(&gamma), 1e-5, Some(&positive));
+    assert_close(&dx, &rdx, 1e-4, 1e-5);
+    assert_close(&dgamma, &rdgamma, 1e-4, 1e-5);
+    assert_close(&dbeta, &rdbeta, 1e-4, 1e-5);
+    // from y instead of the mask: the same bits, so bitwise the same dx
+    let mut dx2 = vec![0.0f32; 60];
+    ctx.batch_norm_backward(
+        &tdy,
+        &tx,
+        None,
+        Some(&Tensor::f32(&y, &shape).unwrap()),
+        Some(&tg),
+        &tsm,
+        &tss,
+        options,
+        &mut TensorMut::f32(&mut dx2, &shape).unwrap(),
+        None,
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(dx, dx2);
+}
+
+#[test]
+fn batch_norm_channels_last_mean_is_beta() {
+    // (N, H, W, C) = (3, 2, 4, 5) with channel_axis -1; without activation each channel of y has
+    // mean beta and (biased) standard deviation |gamma|
+    let ctx = Context::cpu().unwrap();
+    let mut rng = Rng(12);
+    let shape = [3i64, 2, 4, 5];
+    let x = rng.vec(120);
+    let gamma: Vec<f32> = rng.vec(5).iter().map(|g| g + 3.0).collect();
+    let beta = rng.vec(5);
+    let mut y = vec![0.0f32; 120];
+    ctx.batch_norm_forward_training(
+        &Tensor::f32(&x, &shape).unwrap(),
+        None,
+        Some(&Tensor::f32(&gamma, &[5]).unwrap()),
+        Some(&Tensor::f32(&beta, &[5]).unwrap()),
+        BatchNormOptions { channel_axis: -1, ..Default::default() },
+        &mut TensorMut::f32(&mut y, &shape).unwrap(),
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    .unwrap();
+    let (mean, var, _) = ref_bn_stats(&y, 5, 24, true);
+    assert_close(&beta, &mean, 0.0, 1e-5);
+    let std: Vec<f64> = var.iter().map(|v| v.sqrt()).collect();
+    assert_close(&gamma, &std, 1e-4, 0.0);
+    let (xm, xv, _) = ref_bn_stats(&x, 5, 24, true);
+    assert_close(
+        &y,
+        &ref_bn_forward(&x, 5, 24, true, (&xm, &xv), (&f64s(&gamma), &f64s(&beta)), 1e-5, None, false),
+        1e-5,
+        1e-5,
+    );
+}
+
+#[test]
+fn batch_norm_inference_add_relu() {
+    let ctx = Context::cpu().unwrap();
+    let mut rng = Rng(13);
+    let shape = [2i64, 3, 4];
+    let (x, z, gamma, beta, running_mean) = (rng.vec(24), rng.vec(24), rng.vec(3), rng.vec(3), rng.vec(3));
+    let running_var: Vec<f32> = rng.vec(3).iter().map(|v| v.abs() + 0.5).collect();
+    let mut y = vec![f32::NAN; 24];
+    let mut mask = vec![0u32; xvk::batch_norm_mask_words(&shape).unwrap()];
+    ctx.batch_norm_forward_inference(
+        &Tensor::f32(&x, &shape).unwrap(),
+        Some(&Tensor::f32(&z, &shape).unwrap()),
+        Some(&Tensor::f32(&gamma, &[3]).unwrap()),
+        Some(&Tensor::f32(&beta, &[3]).unwrap()),
+        &Tensor::f32(&running_mean, &[3]).unwrap(),
+        &Tensor::f32(&running_var, &[3]).unwrap(),
+        BatchNormOptions { epsilon: 1e-3, activation: Activation::Relu, ..Default::default() },
+        &mut TensorMut::f32(&mut y, &shape).unwrap(),
+        Some(&mut TensorMut::u32(&mut mask, &[1]).unwrap()),
+    )
+    .unwrap();
+    let stats = (&f64s(&running_mean)[..], &f64s(&running_var)[..]);
+    let want = ref_bn_forward(&x, 3, 4, false, stats, (&f64s(&gamma), &f64s(&beta)), 1e-3, Some(&z), true);
+    assert_close(&y, &want, 1e-5, 1e-5);
+    for (e, &v) in y.iter().enumerate() {
+        assert_eq!(mask_bit(&mask, e), v > 0.0, "mask bit {}", e);
+    }
+}
+
+#[test]
+fn batch_norm_mask_words() {
+    assert_eq!(xvk::batch_norm_mask_words(&[4, 3, 5]).unwrap(), 2);
+    assert_eq!(xvk::batch_norm_mask_words(&[2, 16]).unwrap(), 1);
+    assert_eq!(xvk::batch_norm_mask_words(&[2, 17]).unwrap(), 2);
+    assert_eq!(xvk::batch_norm_mask_words(&[8, 3, 0]).unwrap(), 0);
+    let e = xvk::batch_norm_mask_words(&[2, -1]).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().starts_with("xvk_batch_norm_mask_words: x has a negative size"), "{}", e);
+}
+
+#[test]
+fn batch_norm_errors() {
+    let ctx = Context::cpu().unwrap();
+    let x = Rng(14).vec(12);
+    let tx = Tensor::f32(&x, &[4, 3]).unwrap();
+    let gamma = [1.0f32; 2];
+    let (mut y, mut mask) = ([7.0f32; 12], [7u32; 1]);
+    let relu = BatchNormOptions { activation: Activation::Relu, ..Default::default() };
+    let e = ctx
+        .batch_norm_forward_training(
+            &tx,
+            None,
+            Some(&Tensor::f32(&gamma, &[2]).unwrap()),
+            None,
+            relu,
+            &mut TensorMut::f32(&mut y, &[4, 3]).unwrap(),
+            Some(&mut TensorMut::u32(&mut mask, &[1]).unwrap()),
+            None,
+            None,
+            None,
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert_eq!(
+        e.message(),
+        "xvk_batch_norm_forward_training: gamma has 2 elements, expected 3 (the number of channels)"
+    );
+    assert!(y.iter().all(|&v| v == 7.0) && mask[0] == 7); // nothing written
+                                                          // a mask of the wrong size, a mask without ReLU
+    let mut big = [0u32; 3];
+    let e = ctx
+        .batch_norm_forward_training(
+            &tx,
+            None,
+            None,
+            None,
+            relu,
+            &mut TensorMut::f32(&mut y, &[4, 3]).unwrap(),
+            Some(&mut TensorMut::u32(&mut big, &[3]).unwrap()),
+            None,
+            None,
+            None,
+            None,
+        )
+        .unwrap_err();
+    assert!(e.message().contains("mask has 3 elements, expected 1"), "{}", e);
+    let e = ctx
+        .batch_norm_forward_training(
+            &tx,
+            None,
+            None,
+            None,
+            BatchNormOptions::default(),
+            &mut TensorMut::f32(&mut y, &[4, 3]).unwrap(),
+            Some(&mut TensorMut::u32(&mut mask, &[1]).unwrap()),
+            None,
+            None,
+            None,
+            None,
+        )
+        .unwrap_err();
+    assert!(e.message().contains("mask is given but options->activation"), "{}", e);
+    // the backward under ReLU needs the mask or y
+    let s = [1.0f32; 3];
+    let ts = Tensor::f32(&s, &[3]).unwrap();
+    let mut dx = [0.0f32; 12];
+    let e = ctx
+        .batch_norm_backward(
+            &tx,
+            &tx,
+            None,
+            None,
+            None,
+            &ts,
+            &ts,
+            relu,
+            &mut TensorMut::f32(&mut dx, &[4, 3]).unwrap(),
+            None,
+            None,
+            None,
+        )
+        .unwrap_err();
+    assert!(e.message().contains("mask and y are both NULL"), "{}", e);
+    // u16 bit patterns are not mask words
+    assert!(Tensor::bits16(&[0u16; 4], DType::U32, &[4]).is_err());
 }
 
 // errors -----------------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ libxvk is opened by name through the platform loader (`libxvk.so.0` on Linux, fo
 Julia arrays are column-major, xvk's tensors row-major: an array of size `(d1, ..., dn)` is
 passed as the row-major tensor of shape `(dn, ..., d1)`, without copying. So xvk's last
 (normalized, softmax) dimension is a Julia array's *first* dimension: a `features × batch`
-matrix is normalized per column.
+matrix is normalized per column. For BatchNorm, xvk's `(N, C, spatial...)` is a Julia array of
+size `(spatial..., C, N)` (Flux's WHCN, or `features × batch`): the channels are its
+second-to-last dimension (`channel_axis = 1`, the default), or its first with `channel_axis = -1`
+(xvk's `(N, spatial..., C)`).
 """
 module Xvk
 
@@ -19,6 +22,7 @@ using Libdl
 export XvkError, Context, BackendInfo, DeviceTensor
 export softmax_forward!, log_softmax_forward!, softmax_backward!, log_softmax_backward!
 export layer_norm_forward!, layer_norm_backward!, rms_norm_forward!, rms_norm_backward!
+export batch_norm_mask_words, batch_norm_forward_training!, batch_norm_forward_inference!, batch_norm_backward!
 
 const ABI_MAJOR = 0
 
@@ -45,6 +49,8 @@ sym(name::Symbol) = Libdl.dlsym(LIB[], name)
 const kDLCPU = Cint(1)
 const kDLCUDA = Cint(2)
 const kDLROCM = Cint(10)
+const kDLInt = UInt8(0)
+const kDLUInt = UInt8(1)
 const kDLFloat = UInt8(2)
 const kDLBfloat = UInt8(4)
 
@@ -85,13 +91,25 @@ struct NormOptions               # xvk_layer_norm_options and xvk_rms_norm_optio
     residual_out::Ptr{DLTensor}
 end
 
+struct BatchNormOptions          # xvk_batch_norm_options
+    struct_size::UInt32
+    epsilon::Float32
+    momentum::Float32
+    activation::Int32
+    channel_axis::Int32
+end
+
 "The DLPack dtype of an element type; add methods for other 16-bit types (a BFloat16 type)."
 dl_dtype(::Type{Float32}) = DLDataType(kDLFloat, 32, 1)
 dl_dtype(::Type{Float16}) = DLDataType(kDLFloat, 16, 1)
+# The words of BatchNorm's ReLU mask (Int32 for frameworks without unsigned types).
+dl_dtype(::Type{UInt32}) = DLDataType(kDLUInt, 32, 1)
+dl_dtype(::Type{Int32}) = DLDataType(kDLInt, 32, 1)
 
 @enum Status::Cint SUCCESS = 0 ERROR_INVALID_ARGUMENT = 1 ERROR_UNSUPPORTED = 2 ERROR_BACKEND_UNAVAILABLE = 3 ERROR_OUT_OF_MEMORY = 4 ERROR_DEVICE = 5 ERROR_INTERNAL = 6
 @enum Backend::Cint CPU = 0 CUDA = 1 HIP = 2
 @enum Causal::Int32 CAUSAL_NONE = 0 CAUSAL_TOP_LEFT = 1 CAUSAL_BOTTOM_RIGHT = 2
+@enum Activation::Int32 ACTIVATION_NONE = 0 ACTIVATION_RELU = 1
 
 # --- errors, library ---------------------------------------------------------------------------
 
@@ -320,6 +338,111 @@ function rms_norm_backward!(ctx::Context, dx, dy, x, rstd, gamma = nothing; dgam
                     (Ptr{Cvoid}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ref{NormOptions},
                      Ptr{DLTensor}, Ptr{DLTensor}),
                     handle(ctx), ptr(dya), ptr(xa), ptr(ga), ptr(sa), o, ptr(dxa), ptr(dga)))
+    end
+    return dx
+end
+
+# --- BatchNorm -------------------------------------------------------------------------------------
+
+"""
+    batch_norm_mask_words(x)
+
+The number of `UInt32` words of BatchNorm's ReLU mask for an array shaped like `x` (or of size
+`x`, a tuple of dimensions): `cld(length, 32)`. Bit `i` (0-based: bit `i % 32` of word `i ÷ 32 + 1`)
+is element `i + 1` of `y` in memory order, i.e. `y[i + 1]` for an `Array`.
+"""
+function batch_norm_mask_words(dims::Tuple)
+    shape = Int64[reverse(dims)...]
+    words = Ref{Int64}(0)
+    GC.@preserve shape begin
+        t = Ref(DLTensor(C_NULL, DLDevice(kDLCPU, 0), length(shape), dl_dtype(Float32), pointer(shape),
+                         Ptr{Int64}(C_NULL), 0))
+        check(ccall(sym(:xvk_batch_norm_mask_words), Cint, (Ref{DLTensor}, Ref{Int64}), t, words))
+    end
+    return Int(words[])
+end
+batch_norm_mask_words(x::AbstractArray) = batch_norm_mask_words(size(x))
+batch_norm_mask_words(x::DeviceTensor) = batch_norm_mask_words(Tuple(x.dims))
+
+batch_norm_options(epsilon, momentum, activation::Activation, channel_axis) =
+    Ref(BatchNormOptions(sizeof(BatchNormOptions), epsilon, momentum, Integer(activation), channel_axis))
+
+"""
+    batch_norm_forward_training!(ctx, y, x, gamma=nothing, beta=nothing; z=nothing, mask=nothing,
+                                 running_mean=nothing, running_var=nothing, saved_mean=nothing,
+                                 saved_rstd=nothing, epsilon=1f-5, momentum=0.1f0,
+                                 activation=Xvk.ACTIVATION_NONE, channel_axis=1)
+
+BatchNorm of `x` with its batch statistics, per channel (see the module's help for which
+dimension that is): `y = activation((x - mean) * rstd * gamma + beta + z)`. `gamma`, `beta`,
+`running_*`, `saved_*` are `Float32` vectors of one element per channel; `mask` (needs
+`activation = ACTIVATION_RELU`) is a `Vector{UInt32}` of `batch_norm_mask_words(x)` elements.
+`mask`, `saved_mean` and `saved_rstd` are written when given; `running_mean` and `running_var`
+(given together) are updated in place with `momentum`. `y` may be `x` or `z`. Returns `y`.
+"""
+function batch_norm_forward_training!(ctx::Context, y, x, gamma = nothing, beta = nothing; z = nothing,
+                                      mask = nothing, running_mean = nothing, running_var = nothing,
+                                      saved_mean = nothing, saved_rstd = nothing, epsilon = 1.0f-5, momentum = 0.1f0,
+                                      activation::Activation = ACTIVATION_NONE, channel_axis::Integer = 1)
+    xa, za, ga, ba, ya, ma = Arg(x), Arg(z), Arg(gamma), Arg(beta), Arg(y), Arg(mask)
+    rma, rva, sma, ssa = Arg(running_mean), Arg(running_var), Arg(saved_mean), Arg(saved_rstd)
+    GC.@preserve xa za ga ba ya ma rma rva sma ssa begin
+        o = batch_norm_options(epsilon, momentum, activation, channel_axis)
+        check(ccall(sym(:xvk_batch_norm_forward_training), Cint,
+                    (Ptr{Cvoid}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ref{BatchNormOptions},
+                     Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}),
+                    handle(ctx), ptr(xa), ptr(za), ptr(ga), ptr(ba), o, ptr(ya), ptr(ma), ptr(rma), ptr(rva),
+                    ptr(sma), ptr(ssa)))
+    end
+    return y
+end
+
+"""
+    batch_norm_forward_inference!(ctx, y, x, running_mean, running_var, gamma=nothing, beta=nothing;
+                                  z=nothing, mask=nothing, epsilon=1f-5,
+                                  activation=Xvk.ACTIVATION_NONE, channel_axis=1)
+
+BatchNorm of `x` with the running statistics (`mean = running_mean`,
+`rstd = 1 / sqrt(running_var + epsilon)`); otherwise as `batch_norm_forward_training!`. Returns `y`.
+"""
+function batch_norm_forward_inference!(ctx::Context, y, x, running_mean, running_var, gamma = nothing,
+                                       beta = nothing; z = nothing, mask = nothing, epsilon = 1.0f-5,
+                                       activation::Activation = ACTIVATION_NONE, channel_axis::Integer = 1)
+    xa, za, ga, ba, ya, ma = Arg(x), Arg(z), Arg(gamma), Arg(beta), Arg(y), Arg(mask)
+    rma, rva = Arg(running_mean), Arg(running_var)
+    GC.@preserve xa za ga ba ya ma rma rva begin
+        o = batch_norm_options(epsilon, 0.1f0, activation, channel_axis)
+        check(ccall(sym(:xvk_batch_norm_forward_inference), Cint,
+                    (Ptr{Cvoid}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
+                     Ptr{DLTensor}, Ref{BatchNormOptions}, Ptr{DLTensor}, Ptr{DLTensor}),
+                    handle(ctx), ptr(xa), ptr(za), ptr(ga), ptr(ba), ptr(rma), ptr(rva), o, ptr(ya), ptr(ma)))
+    end
+    return y
+end
+
+"""
+    batch_norm_backward!(ctx, dx, dy, x, saved_mean, saved_rstd, gamma=nothing; mask=nothing,
+                         y=nothing, dz=nothing, dgamma=nothing, dbeta=nothing,
+                         activation=Xvk.ACTIVATION_NONE, channel_axis=1)
+
+Gradient of `batch_norm_forward_training!` from `dy`, its input `x` and its `saved_mean` and
+`saved_rstd`. With `activation = ACTIVATION_RELU` pass exactly one of `mask` (the forward's) or
+`y` (its output). Writes `dx` and, when given, `dz` (`dy` where `y > 0`: the gradient of `z`),
+`dgamma` and `dbeta`. Returns `dx`.
+"""
+function batch_norm_backward!(ctx::Context, dx, dy, x, saved_mean, saved_rstd, gamma = nothing; mask = nothing,
+                              y = nothing, dz = nothing, dgamma = nothing, dbeta = nothing,
+                              activation::Activation = ACTIVATION_NONE, channel_axis::Integer = 1)
+    dya, xa, ma, ya, ga = Arg(dy), Arg(x), Arg(mask), Arg(y), Arg(gamma)
+    sma, ssa, dxa, dza, dga, dba = Arg(saved_mean), Arg(saved_rstd), Arg(dx), Arg(dz), Arg(dgamma), Arg(dbeta)
+    GC.@preserve dya xa ma ya ga sma ssa dxa dza dga dba begin
+        o = batch_norm_options(1.0f-5, 0.1f0, activation, channel_axis)
+        check(ccall(sym(:xvk_batch_norm_backward), Cint,
+                    (Ptr{Cvoid}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
+                     Ptr{DLTensor}, Ptr{DLTensor}, Ref{BatchNormOptions}, Ptr{DLTensor}, Ptr{DLTensor},
+                     Ptr{DLTensor}, Ptr{DLTensor}),
+                    handle(ctx), ptr(dya), ptr(xa), ptr(ma), ptr(ya), ptr(ga), ptr(sma), ptr(ssa), o, ptr(dxa),
+                    ptr(dza), ptr(dga), ptr(dba)))
     end
     return dx
 end

@@ -49,6 +49,39 @@ function ref_norm_backward(dy, x, gamma, eps; rms = false)
     return dx, vec(sum(Float64.(dy) .* xhat; dims = 2)), vec(sum(Float64.(dy); dims = 2))
 end
 
+# BatchNorm over x of size (spatial, C, N) (xvk's (N, C, spatial)): statistics over dimensions 1
+# and 3. Returns (y, mean, biased variance); mean and var given: inference.
+function ref_bn(x, gamma, beta, eps; z = nothing, relu = false, mean = nothing, var = nothing)
+    h = Float64.(x)
+    m = size(h, 1) * size(h, 3)
+    if mean === nothing
+        mean = vec(sum(h; dims = (1, 3))) ./ m
+        var = vec(sum((h .- reshape(mean, 1, :, 1)) .^ 2; dims = (1, 3))) ./ m
+    end
+    c = (1, length(mean), 1)
+    v = (h .- reshape(Float64.(mean), c)) ./ sqrt.(reshape(Float64.(var), c) .+ eps) .* reshape(Float64.(gamma), c) .+
+        reshape(Float64.(beta), c)
+    z === nothing || (v = v .+ Float64.(z))
+    relu && (v = max.(v, 0.0))
+    return v, mean, var
+end
+
+# (dx, dgamma, dbeta) of training BatchNorm; positive: where y > 0 under ReLU
+function ref_bn_backward(dy, x, gamma, eps, positive)
+    h = Float64.(x)
+    m = size(h, 1) * size(h, 3)
+    mean = sum(h; dims = (1, 3)) ./ m
+    rstd = 1 ./ sqrt.(sum((h .- mean) .^ 2; dims = (1, 3)) ./ m .+ eps)
+    xhat = (h .- mean) .* rstd
+    g = Float64.(dy) .* positive
+    dbeta, dgamma = sum(g; dims = (1, 3)), sum(g .* xhat; dims = (1, 3))
+    dx = reshape(Float64.(gamma), 1, :, 1) .* rstd .* (g .- dbeta ./ m .- xhat .* dgamma ./ m)
+    return dx, vec(dgamma), vec(dbeta)
+end
+
+# Bit i (1-based) of a ReLU mask: bit (i - 1) % 32 of word (i - 1) ÷ 32 + 1.
+mask_bit(mask, i) = ((mask[(i - 1) ÷ 32 + 1] >> ((i - 1) % 32)) & 0x1) == 0x1
+
 close_to(got, want; rtol, atol) = all(abs.(Float64.(got) .- want) .<= atol .+ rtol .* abs.(want))
 
 @testset "Xvk" begin
@@ -227,6 +260,115 @@ close_to(got, want; rtol, atol) = all(abs.(Float64.(got) .- want) .<= atol .+ rt
         rms_norm_forward!(ctx, y, x; epsilon = 1.0f-4, residual = res, residual_out = h)
         @test close_to(y, ref_norm(x .+ res, 1.0, 0.0, 1e-4; rms = true)[1]; rtol = 1e-5, atol = 1e-5)
         @test close_to(h, Float64.(x .+ res); rtol = 1e-6, atol = 0)
+        close(ctx)
+    end
+
+    @testset "batch_norm training with relu and mask, then backward" begin
+        ctx = Context()
+        rng = Rng(11)
+        x, gamma, beta, dy = vec!(rng, 5, 3, 4), vec!(rng, 3), vec!(rng, 3), vec!(rng, 5, 3, 4)  # xvk's (4, 3, 5)
+        words = batch_norm_mask_words(x)
+        @test words == 2
+        y, mask = fill(NaN32, 5, 3, 4), fill(0xdeadbeef, words)
+        running_mean, running_var = zeros(Float32, 3), ones(Float32, 3)
+        saved_mean, saved_rstd = zeros(Float32, 3), zeros(Float32, 3)
+        batch_norm_forward_training!(ctx, y, x, gamma, beta; mask = mask, running_mean = running_mean,
+                                     running_var = running_var, saved_mean = saved_mean, saved_rstd = saved_rstd,
+                                     momentum = 0.25f0, activation = Xvk.ACTIVATION_RELU)
+        ry, rmean, rvar = ref_bn(x, gamma, beta, 1e-5; relu = true)
+        @test close_to(y, ry; rtol = 1e-5, atol = 1e-5)
+        @test close_to(saved_mean, rmean; rtol = 1e-5, atol = 1e-6)
+        @test close_to(saved_rstd, 1 ./ sqrt.(rvar .+ 1e-5); rtol = 1e-5, atol = 0)
+        @test close_to(running_mean, 0.25 .* rmean; rtol = 1e-5, atol = 1e-6)
+        @test close_to(running_var, 0.75 .+ 0.25 .* rvar .* 20 ./ 19; rtol = 1e-5, atol = 0)  # unbiased, M = 20
+        # bit i of the mask is y[i] > 0 (memory order); the 4 bits past the 60 elements are 0
+        bits = [mask_bit(mask, i) for i in 1:64]
+        @test bits[1:60] == vec(y .> 0)
+        @test !any(bits[61:64]) && any(bits) && !all(bits[1:60])
+
+        dx, dz, dgamma, dbeta = similar(x), fill(NaN32, 5, 3, 4), zeros(Float32, 3), zeros(Float32, 3)
+        batch_norm_backward!(ctx, dx, dy, x, saved_mean, saved_rstd, gamma; mask = mask, dz = dz, dgamma = dgamma,
+                             dbeta = dbeta, activation = Xvk.ACTIVATION_RELU)
+        @test dz == ifelse.(y .> 0, dy, 0.0f0)  # dz is dy, masked
+        rdx, rdgamma, rdbeta = ref_bn_backward(dy, x, gamma, 1e-5, y .> 0)
+        @test close_to(dx, rdx; rtol = 1e-4, atol = 1e-5)
+        @test close_to(dgamma, rdgamma; rtol = 1e-4, atol = 1e-5)
+        @test close_to(dbeta, rdbeta; rtol = 1e-4, atol = 1e-5)
+        # from y instead of the mask: the same bits, so bitwise the same dx
+        dx2 = batch_norm_backward!(ctx, similar(x), dy, x, saved_mean, saved_rstd, gamma; y = y,
+                                   activation = Xvk.ACTIVATION_RELU)
+        @test dx2 == dx
+        close(ctx)
+    end
+
+    @testset "batch_norm channels last" begin
+        # Julia's (C, W, H, N) = (5, 4, 2, 3) is xvk's (N, H, W, C) with channel_axis = -1; without
+        # activation each channel of y has mean beta and (biased) standard deviation |gamma|
+        ctx = Context()
+        rng = Rng(12)
+        x, gamma, beta = vec!(rng, 5, 4, 2, 3), vec!(rng, 5) .+ 3, vec!(rng, 5)
+        y = batch_norm_forward_training!(ctx, similar(x), x, gamma, beta; channel_axis = -1)
+        flat = Float64.(reshape(y, 5, :))
+        mean_y = vec(sum(flat; dims = 2)) ./ 24
+        @test close_to(beta, mean_y; rtol = 0, atol = 1e-5)
+        @test close_to(gamma, sqrt.(vec(sum((flat .- mean_y) .^ 2; dims = 2)) ./ 24); rtol = 1e-4, atol = 0)
+        # the same values as channels-first BatchNorm of the permuted copy
+        xp = permutedims(reshape(x, 5, 8, 3), (2, 1, 3))  # (spatial, C, N)
+        @test close_to(permutedims(reshape(y, 5, 8, 3), (2, 1, 3)), ref_bn(xp, gamma, beta, 1e-5)[1]; rtol = 1e-5,
+                       atol = 1e-5)
+        close(ctx)
+    end
+
+    @testset "batch_norm inference with add and relu" begin
+        ctx = Context()
+        rng = Rng(13)
+        x, z, gamma, beta, running_mean = vec!(rng, 4, 3, 2), vec!(rng, 4, 3, 2), vec!(rng, 3), vec!(rng, 3), vec!(rng, 3)
+        running_var = abs.(vec!(rng, 3)) .+ 0.5f0
+        y, mask = fill(NaN32, 4, 3, 2), zeros(UInt32, batch_norm_mask_words(x))
+        batch_norm_forward_inference!(ctx, y, x, running_mean, running_var, gamma, beta; z = z, mask = mask,
+                                      epsilon = 1.0f-3, activation = Xvk.ACTIVATION_RELU)
+        want = ref_bn(x, gamma, beta, 1e-3; z = z, relu = true, mean = running_mean, var = running_var)[1]
+        @test close_to(y, want; rtol = 1e-5, atol = 1e-5)
+        @test [mask_bit(mask, i) for i in 1:24] == vec(y .> 0)
+        close(ctx)
+    end
+
+    @testset "batch_norm mask words" begin
+        @test batch_norm_mask_words((5, 3, 4)) == 2
+        @test batch_norm_mask_words((16, 2)) == 1 && batch_norm_mask_words((17, 2)) == 2
+        @test batch_norm_mask_words((0, 3, 8)) == 0
+        @test batch_norm_mask_words(zeros(Float32, 3, 7, 5)) == 4  # an array: only its size is read
+        e = try
+            batch_norm_mask_words((-1, 2))
+            nothing
+        catch err
+            err
+        end
+        @test e isa XvkError && e.status == Xvk.ERROR_INVALID_ARGUMENT
+        @test startswith(e.msg, "xvk_batch_norm_mask_words: x has a negative size")
+    end
+
+    @testset "batch_norm errors" begin
+        ctx = Context()
+        x, y, mask = vec!(Rng(14), 3, 4), fill(7.0f0, 3, 4), UInt32[7]  # xvk's (N, C) = (4, 3)
+        relu = Xvk.ACTIVATION_RELU
+        failure(f) = try
+            f()
+            nothing
+        catch err
+            err
+        end
+        e = failure(() -> batch_norm_forward_training!(ctx, y, x, ones(Float32, 2); mask = mask, activation = relu))
+        @test e isa XvkError && e.status == Xvk.ERROR_INVALID_ARGUMENT
+        @test e.msg == "xvk_batch_norm_forward_training: gamma has 2 elements, expected 3 (the number of channels)"
+        @test all(y .== 7) && mask == UInt32[7]  # nothing written
+        e = failure(() -> batch_norm_forward_training!(ctx, y, x; mask = zeros(UInt32, 3), activation = relu))
+        @test e isa XvkError && occursin("mask has 3 elements, expected 1", e.msg)
+        e = failure(() -> batch_norm_forward_training!(ctx, y, x; mask = mask))
+        @test e isa XvkError && occursin("mask is given but options->activation", e.msg)
+        s = ones(Float32, 3)
+        e = failure(() -> batch_norm_backward!(ctx, similar(x), x, x, s, s; activation = relu))
+        @test e isa XvkError && occursin("mask and y are both NULL", e.msg)
         close(ctx)
     end
 
