@@ -120,11 +120,14 @@ __device__ __forceinline__ float relu(float v) { return (v > 0.0f || v != v) ? v
 // ---------------------------------------------------------------------------
 
 // Per-channel coefficients written by pass 1 (or the inference prologue),
-// one 16-byte load per channel: forward y = (x - mean) * a + b (a = gamma *
-// rstd, b = beta); backward dx = a * g + b * (x - mean) + c. Keeping x - mean
-// (rather than x * a + (b - mean * a)) keeps the precision of data far from 0.
+// one 16-byte load per channel: forward y = ((x - center) - c) * a + b, with
+// center the channel's shift (its first element; the running mean in
+// inference), c = mean - center, a = gamma * rstd, b = beta; backward
+// dx = a * g + b * (x - center) + c with center = the saved mean. x - center
+// is exact for data near the center (Sterbenz), so data far from 0 (mean
+// 1e4, std 1e-2) keeps its precision where x * a + (b - mean * a) would not.
 struct alignas(16) Coef {
-  float mean, a, b, c;
+  float center, a, b, c;
 };
 
 // y = relu?((x - mean) * scale + beta (+ z)), and the mask bits of y > 0.
@@ -152,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) forward_apply(Shape sh, const T *x, 
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         if (j > 0 && step_channel(sh, ch, r)) k = coef[ch];
-        float val = (xs[j] - k.mean) * k.a + k.b;
+        float val = ((xs[j] - k.center) - k.c) * k.a + k.b;
         if (z) val += out[j];
         if (do_relu) val = relu(val);
         const T stored = from_float<T>(val);
@@ -207,7 +210,7 @@ __global__ void __launch_bounds__(kThreads) backward_apply(Shape sh, const T *dy
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       if (j > 0 && step_channel(sh, ch, r)) k = coef[ch];
-      out[j] = k.a * g[j] + k.b * (xs[j] - k.mean) + k.c;
+      out[j] = k.a * g[j] + k.b * (xs[j] - k.center) + k.c;
     }
     if (dz) store_tail<T, VEC>(dz, e, sh.numel, g);
     store_tail<T, VEC>(dx, e, sh.numel, out);
@@ -242,13 +245,25 @@ struct Welford {
   }
 };
 
+// Statistics of x - shift, shift = the channel's first element: with data
+// far from 0 a float32 Welford mean would carry errors of the data's own
+// magnitude (1e4 * 2^-24 per step) into a variance of 1e-4.
+template <class T>
+__device__ __forceinline__ float channel_shift(const T *x, int64_t ch, int64_t shift_stride) {
+  return to_float(load_global(x + ch * shift_stride));
+}
+
 template <class T, int VEC>
 struct StatsSource : Welford {
   const T *x;
+  int64_t shift_stride;  // the channel's first element is x[ch * shift_stride]
+  __device__ float context(int64_t ch) const { return channel_shift(x, ch, shift_stride); }
   // VEC consecutive elements of one channel: their own mean and m2, then a merge.
-  __device__ void add_run(float (&a)[K], int64_t e, int) const {
+  __device__ void add_run(float (&a)[K], int64_t e, float shift) const {
     float v[VEC];
     load_vec<T, VEC>(x + e, v);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] -= shift;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) sum += v[j];
@@ -258,9 +273,11 @@ struct StatsSource : Welford {
     merge(a, b);
   }
   // VEC elements of VEC consecutive channels (one row of a channels-last tensor).
-  __device__ void add_columns(float (&a)[VEC][K], int64_t e, int) const {
+  __device__ void add_columns(float (&a)[VEC][K], int64_t e, const float (&shift)[VEC]) const {
     float v[VEC];
     load_vec<T, VEC>(x + e, v);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] -= shift[j];
     const float inv = 1.0f / (a[0][0] + 1.0f);  // every column has seen the same rows
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -298,29 +315,32 @@ struct GradSource : Sums {
       for (int j = 0; j < VEC; ++j) g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
     }
   }
-  __device__ void add_run(float (&a)[K], int64_t e, int ch) const {
+  __device__ float context(int64_t ch) const { return mean[ch]; }
+  __device__ void add_run(float (&a)[K], int64_t e, float m) const {
     float g[VEC], xs[VEC];
     load(e, g, xs);
-    const float m = mean[ch];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       a[0] += g[j];
       a[1] += g[j] * (xs[j] - m);
     }
   }
-  __device__ void add_columns(float (&a)[VEC][K], int64_t e, int ch0) const {
+  __device__ void add_columns(float (&a)[VEC][K], int64_t e, const float (&m)[VEC]) const {
     float g[VEC], xs[VEC];
     load(e, g, xs);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       a[j][0] += g[j];
-      a[j][1] += g[j] * (xs[j] - mean[ch0 + j]);
+      a[j][1] += g[j] * (xs[j] - m[j]);
     }
   }
 };
 
 // What the last block does with a channel's merged result.
+template <class T>
 struct StatsFinish {
+  const T *x;
+  int64_t shift_stride;
   float epsilon, momentum;
   double count;  // values per channel
   const float *gamma, *beta;
@@ -328,7 +348,8 @@ struct StatsFinish {
   Coef *coef;
   // The channel's statistics outputs (saved and running) and its coefficients.
   __device__ Coef finish(int64_t ch, const float (&a)[Welford::K], bool write_stats) const {
-    const float mean = a[1];
+    const float shift = channel_shift(x, ch, shift_stride);
+    const float mean = shift + a[1];
     const float var = float(double(a[2]) / count);
     const float rstd = 1.0f / sqrtf(var + epsilon);
     if (write_stats) {
@@ -340,7 +361,7 @@ struct StatsFinish {
         running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * unbiased;
       }
     }
-    return Coef{mean, (gamma ? gamma[ch] : 1.0f) * rstd, beta ? beta[ch] : 0.0f, 0.0f};
+    return Coef{shift, (gamma ? gamma[ch] : 1.0f) * rstd, beta ? beta[ch] : 0.0f, a[1]};
   }
   __device__ void operator()(int64_t ch, const float (&a)[Welford::K]) const { coef[ch] = finish(ch, a, true); }
 };
@@ -451,13 +472,14 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t units = sh.n * chunks_per_plane;
   const int64_t u_begin = units * part / parts, u_end = units * (part + 1) / parts;
   const int lane = int(threadIdx.x) % G, group = int(threadIdx.x) / G, groups = int(blockDim.x) / G;
+  const float context = src.context(ch);
   float a[Op::K];
   Op::identity(a);
   for (int64_t u = u_begin + group; u < u_end; u += groups) {
     const int64_t n = u / chunks_per_plane, q = u - n * chunks_per_plane;
     const int64_t plane = (n * sh.c + ch) * sh.s;
     const int64_t s_end = min(sh.s, (q + 1) * chunk);
-    for (int64_t s = q * chunk + int64_t(lane) * VEC; s < s_end; s += int64_t(G) * VEC) src.add_run(a, plane + s, int(ch));
+    for (int64_t s = q * chunk + int64_t(lane) * VEC; s < s_end; s += int64_t(G) * VEC) src.add_run(a, plane + s, context);
   }
   block_merge<Op>(a);
   if (threadIdx.x == 0)
@@ -482,8 +504,12 @@ __global__ void __launch_bounds__(kThreads)
   float a[VEC][Op::K];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) Op::identity(a[j]);
-  if (col0 < sh.c)
-    for (int64_t r = r_begin + ty; r < r_end; r += rows_step) src.add_columns(a, r * sh.c + col0, int(col0));
+  if (col0 < sh.c) {
+    float context[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) context[j] = src.context(col0 + j);  // c % VEC == 0 when VEC > 1
+    for (int64_t r = r_begin + ty; r < r_end; r += rows_step) src.add_columns(a, r * sh.c + col0, context);
+  }
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
 #pragma unroll
@@ -546,7 +572,7 @@ constexpr int kSinglePassThreads = 1024;
 // writes channel c's saved and running statistics.
 template <class T, int VEC>
 __global__ void __launch_bounds__(kSinglePassThreads)
-    forward_single_pass(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish stats,
+    forward_single_pass(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish<T> stats,
                         float *plane_stats, unsigned *counter) {
   constexpr int kLanesPerWord = kWordBits / VEC;
   extern __shared__ Coef tile_storage[];  // 16-byte aligned
@@ -558,16 +584,17 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   for (int64_t p = p0; p < p1; ++p) {
     float a[Welford::K];
     Welford::identity(a);
+    const float shift = channel_shift(x, p % sh.c, sh.s);
     T *t = tile + (p - p0) * sh.s;
     for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
       const Pack<T, VEC> pack = load_global(reinterpret_cast<const Pack<T, VEC> *>(x + p * sh.s) + v);
       reinterpret_cast<Pack<T, VEC> *>(t)[v] = pack;
       float b[Welford::K] = {float(VEC), 0.0f, 0.0f};
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) b[1] += to_float(pack.v[j]);
+      for (int j = 0; j < VEC; ++j) b[1] += to_float(pack.v[j]) - shift;
       b[1] /= float(VEC);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) b[2] += (to_float(pack.v[j]) - b[1]) * (to_float(pack.v[j]) - b[1]);
+      for (int j = 0; j < VEC; ++j) b[2] += (to_float(pack.v[j]) - shift - b[1]) * (to_float(pack.v[j]) - shift - b[1]);
       Welford::merge(a, b);
     }
     block_merge<Welford>(a);
@@ -604,7 +631,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
         if (z) load_vec<T, VEC>(z + p * sh.s + v * VEC, out);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          float val = (to_float(pack.v[j]) - k.mean) * k.a + k.b;
+          float val = ((to_float(pack.v[j]) - k.center) - k.c) * k.a + k.b;
           if (z) val += out[j];
           if (do_relu) val = relu(val);
           out[j] = to_float(from_float<T>(val));
@@ -773,7 +800,7 @@ int single_pass_override() {
 // words, the largest run of planes per block fits in one SM's shared memory.
 // Returns false (and launches nothing) otherwise.
 template <class T>
-bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan &p, const StatsFinish &stats,
+bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan &p, const StatsFinish<T> &stats,
                  xvk_status_t &status) {
   const int override = single_pass_override();
   const BatchNormTuning *tuning = ctx.info->table->batch_norm;
@@ -809,7 +836,7 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   T *y = static_cast<T *>(a.y);
   uint32_t *mask = a.mask;
   int relu_flag = a.relu;
-  StatsFinish st = stats;
+  StatsFinish<T> st = stats;
   float *plane_stats = static_cast<float *>(base);
   void *args[] = {&sh, &x, &z, &y, &mask, &relu_flag, &st, &plane_stats, &counter};
   e = launch_cooperative(kernel, unsigned(blocks), kSinglePassThreads, args, size_t(smem), ctx.stream);
@@ -823,13 +850,19 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
   Coef *coef = nullptr;
   xvk_status_t status;
   if (a.training) {
-    const StatsFinish base{a.epsilon,         a.momentum,    double(a.n) * double(a.s), a.gamma,    a.beta,
-                           a.running_mean,    a.running_var, a.saved_mean,              a.saved_rstd, nullptr};
+    const int64_t shift_stride = a.channels_last ? 1 : a.s;
+    const StatsFinish<T> base{static_cast<const T *>(a.x), shift_stride, a.epsilon,     a.momentum,
+                              double(a.n) * double(a.s),  a.gamma,      a.beta,        a.running_mean,
+                              a.running_var,              a.saved_mean, a.saved_rstd,  nullptr};
     if (single_pass<T>(ctx, a, p, base, status)) return status;
     status = reduce<T, StatsSource>(
-        ctx, p, [&](auto &src) { src.x = static_cast<const T *>(a.x); },
+        ctx, p,
+        [&](auto &src) {
+          src.x = static_cast<const T *>(a.x);
+          src.shift_stride = shift_stride;
+        },
         [&](Coef *c) {
-          StatsFinish f = base;
+          StatsFinish<T> f = base;
           f.coef = c;
           return f;
         },
