@@ -25,7 +25,6 @@ namespace {
 
 constexpr int kThreads = 256;       // every BatchNorm kernel
 constexpr int kWordBits = 32;       // mask word: library format, not the warp width
-constexpr int64_t kPlaneChunk = 4096;  // channels-first: elements of a plane one group walks at a time
 
 // ---------------------------------------------------------------------------
 // Index arithmetic: the channel of a flat element index.
@@ -120,12 +119,12 @@ __device__ __forceinline__ float relu(float v) { return (v > 0.0f || v != v) ? v
 // ---------------------------------------------------------------------------
 
 // Per-channel coefficients written by pass 1 (or the inference prologue),
-// one 16-byte load per channel: forward y = ((x - center) - c) * a + b, with
-// center the channel's shift (its first element; the running mean in
-// inference), c = mean - center, a = gamma * rstd, b = beta; backward
+// one 16-byte load per channel: forward y = (x - center) * a + b, with center
+// the channel's shift (its first element; the running mean in inference),
+// a = gamma * rstd, b = beta - (mean - center) * a; backward
 // dx = a * g + b * (x - center) + c with center = the saved mean. x - center
 // is exact for data near the center (Sterbenz), so data far from 0 (mean
-// 1e4, std 1e-2) keeps its precision where x * a + (b - mean * a) would not.
+// 1e4, std 1e-2) keeps its precision where x * a + (beta - mean * a) would not.
 struct alignas(16) Coef {
   float center, a, b, c;
 };
@@ -155,12 +154,12 @@ __global__ void __launch_bounds__(kThreads) forward_apply(Shape sh, const T *x, 
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         if (j > 0 && step_channel(sh, ch, r)) k = coef[ch];
-        float val = ((xs[j] - k.center) - k.c) * k.a + k.b;
+        float val = (xs[j] - k.center) * k.a + k.b;
         if (z) val += out[j];
         if (do_relu) val = relu(val);
         const T stored = from_float<T>(val);
         out[j] = to_float(stored);
-        if (out[j] > 0.0f) bits |= 1u << j;
+        if (out[j] > 0.0f && e + j < sh.numel) bits |= 1u << j;  // a tail vector's padding stays 0
       }
       store_tail<T, VEC>(y, e, sh.numel, out);
     }
@@ -217,6 +216,78 @@ __global__ void __launch_bounds__(kThreads) backward_apply(Shape sh, const T *dy
   }
 }
 
+// Channels-last pass 2 when c is a multiple of the vector (and of 32 when a
+// mask is written): threads keep VEC channels' coefficients in registers and
+// walk down the rows, instead of loading a coefficient per element. tx lanes
+// across column vectors, ty down rows; grid (column tiles, row blocks). The
+// lanes of one mask word (32 channels of a row) are consecutive tx of one ty,
+// and every lane runs the same row loop, so all are present for the OR.
+template <class T, int VEC>
+__global__ void __launch_bounds__(kThreads) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
+                                                               uint32_t *mask, const Coef *coef, int do_relu,
+                                                               int tile) {
+  constexpr int kLanesPerWord = kWordBits / VEC;
+  const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
+  const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
+  const bool active = col0 < sh.c;
+  Coef k[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) k[j] = active ? coef[col0 + j] : Coef{};
+  const int64_t rows = sh.n * sh.s;
+  for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
+    const int64_t e = r * sh.c + col0;
+    uint32_t bits = 0;
+    if (active) {
+      float xs[VEC], out[VEC];
+      load_vec<T, VEC>(x + e, xs);
+      if (z) load_vec<T, VEC>(z + e, out);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float val = (xs[j] - k[j].center) * k[j].a + k[j].b;
+        if (z) val += out[j];
+        if (do_relu) val = relu(val);
+        out[j] = to_float(from_float<T>(val));
+        if (out[j] > 0.0f) bits |= 1u << j;
+      }
+      store_vec<T, VEC>(y + e, out);
+    }
+    if (mask) {
+      bits <<= (tx % kLanesPerWord) * VEC;
+#pragma unroll
+      for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
+      if (tx % kLanesPerWord == 0 && active) mask[e / kWordBits] = bits;
+    }
+  }
+}
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(kThreads) backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y,
+                                                                const uint32_t *mask, T *dx, T *dz,
+                                                                const Coef *coef, int do_relu, int tile) {
+  const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
+  const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
+  if (col0 >= sh.c) return;
+  Coef k[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) k[j] = coef[col0 + j];
+  const int64_t rows = sh.n * sh.s;
+  for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
+    const int64_t e = r * sh.c + col0;
+    float g[VEC], xs[VEC], out[VEC];
+    load_vec<T, VEC>(dy + e, g);
+    load_vec<T, VEC>(x + e, xs);
+    if (do_relu) {
+      const uint32_t bits = gate_bits<T, VEC>(y, mask, e, sh.numel);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = k[j].a * g[j] + k[j].b * (xs[j] - k[j].center) + k[j].c;
+    if (dz) store_vec<T, VEC>(dz + e, g);
+    store_vec<T, VEC>(dx + e, out);
+  }
+}
+
 // Inference: the coefficients from the running statistics.
 __global__ void __launch_bounds__(kThreads) inference_coef(int64_t c, const float *running_mean,
                                                            const float *running_var, const float *gamma,
@@ -253,38 +324,60 @@ __device__ __forceinline__ float channel_shift(const T *x, int64_t ch, int64_t s
   return to_float(load_global(x + ch * shift_stride));
 }
 
+// Sources of pass 1: what one access loads (an Item: VEC elements), and how
+// a batch of U items, loaded before any is used so that U loads are in
+// flight, joins a thread's state. Channels-first batches hold one channel
+// (add_items); channels-last items are rows of VEC channels (add_rows).
 template <class T, int VEC>
 struct StatsSource : Welford {
   const T *x;
   int64_t shift_stride;  // the channel's first element is x[ch * shift_stride]
-  __device__ float context(int64_t ch) const { return channel_shift(x, ch, shift_stride); }
-  // VEC consecutive elements of one channel: their own mean and m2, then a merge.
-  __device__ void add_run(float (&a)[K], int64_t e, float shift) const {
+  struct Item {
     float v[VEC];
-    load_vec<T, VEC>(x + e, v);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) v[j] -= shift;
+  };
+  __device__ float context(int64_t ch) const { return channel_shift(x, ch, shift_stride); }
+  __device__ Item load(int64_t e) const {
+    Item it;
+    load_vec<T, VEC>(x + e, it.v);
+    return it;
+  }
+  // The batch's own mean and m2 (two passes over registers), then one merge:
+  // one division per batch instead of one per element.
+  template <int U>
+  __device__ void add_items(float (&a)[K], const Item (&it)[U], int valid, float shift) const {
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) sum += v[j];
-    float b[K] = {float(VEC), sum / float(VEC), 0.0f};
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) b[2] += (v[j] - b[1]) * (v[j] - b[1]);
+      for (int j = 0; j < VEC; ++j) sum += u < valid ? it[u].v[j] - shift : 0.0f;
+    const float count = float(valid * VEC), mean = sum / count;
+    float m2 = 0.0f;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = it[u].v[j] - shift - mean;
+        m2 += u < valid ? d * d : 0.0f;
+      }
+    const float b[K] = {count, mean, m2};
     merge(a, b);
   }
-  // VEC elements of VEC consecutive channels (one row of a channels-last tensor).
-  __device__ void add_columns(float (&a)[VEC][K], int64_t e, const float (&shift)[VEC]) const {
-    float v[VEC];
-    load_vec<T, VEC>(x + e, v);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) v[j] -= shift[j];
-    const float inv = 1.0f / (a[0][0] + 1.0f);  // every column has seen the same rows
+  template <int U>
+  __device__ void add_rows(float (&a)[VEC][K], const Item (&it)[U], int valid, const float (&shift)[VEC]) const {
+    const float count = float(valid), inv = 1.0f / count;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const float d = v[j] - a[j][1];
-      a[j][0] += 1.0f;
-      a[j][1] += d * inv;
-      a[j][2] += d * (v[j] - a[j][1]);
+      float sum = 0.0f, m2 = 0.0f;
+#pragma unroll
+      for (int u = 0; u < U; ++u) sum += u < valid ? it[u].v[j] - shift[j] : 0.0f;
+      const float mean = sum * inv;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float d = it[u].v[j] - shift[j] - mean;
+        m2 += u < valid ? d * d : 0.0f;
+      }
+      const float b[K] = {count, mean, m2};
+      merge(a[j], b);
     }
   }
 };
@@ -306,37 +399,46 @@ struct GradSource : Sums {
   const float *mean;
   int64_t numel;
   int relu;
-  __device__ void load(int64_t e, float (&g)[VEC], float (&xs)[VEC]) const {
-    load_vec<T, VEC>(dy + e, g);
-    load_vec<T, VEC>(x + e, xs);
+  struct Item {
+    float g[VEC], x[VEC];
+  };
+  __device__ float context(int64_t ch) const { return mean[ch]; }
+  __device__ Item load(int64_t e) const {
+    Item it;
+    load_vec<T, VEC>(dy + e, it.g);
+    load_vec<T, VEC>(x + e, it.x);
     if (relu) {
       const uint32_t bits = gate_bits<T, VEC>(y, mask, e, numel);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
+      for (int j = 0; j < VEC; ++j) it.g[j] = (bits >> j) & 1u ? it.g[j] : 0.0f;
     }
+    return it;
   }
-  __device__ float context(int64_t ch) const { return mean[ch]; }
-  __device__ void add_run(float (&a)[K], int64_t e, float m) const {
-    float g[VEC], xs[VEC];
-    load(e, g, xs);
+  template <int U>
+  __device__ void add_items(float (&a)[K], const Item (&it)[U], int valid, float m) const {
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      a[0] += g[j];
-      a[1] += g[j] * (xs[j] - m);
-    }
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float g = u < valid ? it[u].g[j] : 0.0f;
+        a[0] += g;
+        a[1] += g * (it[u].x[j] - m);
+      }
   }
-  __device__ void add_columns(float (&a)[VEC][K], int64_t e, const float (&m)[VEC]) const {
-    float g[VEC], xs[VEC];
-    load(e, g, xs);
+  template <int U>
+  __device__ void add_rows(float (&a)[VEC][K], const Item (&it)[U], int valid, const float (&m)[VEC]) const {
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      a[j][0] += g[j];
-      a[j][1] += g[j] * (xs[j] - m[j]);
-    }
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float g = u < valid ? it[u].g[j] : 0.0f;
+        a[j][0] += g;
+        a[j][1] += g * (it[u].x[j] - m[j]);
+      }
   }
 };
 
-// What the last block does with a channel's merged result.
+// What the finalize kernel does with a channel's merged result.
 template <class T>
 struct StatsFinish {
   const T *x;
@@ -361,7 +463,8 @@ struct StatsFinish {
         running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * unbiased;
       }
     }
-    return Coef{shift, (gamma ? gamma[ch] : 1.0f) * rstd, beta ? beta[ch] : 0.0f, a[1]};
+    const float scale = (gamma ? gamma[ch] : 1.0f) * rstd;
+    return Coef{shift, scale, (beta ? beta[ch] : 0.0f) - a[1] * scale, 0.0f};
   }
   __device__ void operator()(int64_t ch, const float (&a)[Welford::K]) const { coef[ch] = finish(ch, a, true); }
 };
@@ -381,7 +484,6 @@ struct GradFinish {
   }
 };
 
-// Partial results: parts x c x K floats, [part][channel][k].
 // Block-wide merge of every thread's state (all of one channel) into thread 0.
 template <class Op>
 __device__ void block_merge(float (&a)[Op::K]) {
@@ -406,95 +508,52 @@ __device__ void block_merge(float (&a)[Op::K]) {
     }
 }
 
-// After a block has written its partials: counts the block in, and if it is
-// the last one, merges every channel's partials in part order and calls
-// finish. The partials are read through volatile loads: other SMs wrote them
-// and this SM's L1 may hold stale lines.
-template <class Op, class Finish>
-__device__ void finish_if_last(unsigned *counter, const float *partials, int64_t c, int parts, const Finish &finish) {
-  __shared__ bool last;
-  __shared__ float tree[kThreads][Op::K];
-  __threadfence();  // this thread's partials are visible device-wide before the block counts in
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned blocks = gridDim.x * gridDim.y;
-    last = atomicAdd(counter, 1u) == blocks - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const volatile float *p = partials;
-  // Threads per channel: a power of two, each merging every tpc-th part, then a tree.
-  int tpc = 1;
-  while (tpc * 2 <= int(blockDim.x) && int64_t(tpc) * 2 * c <= int64_t(blockDim.x) && tpc * 2 <= parts) tpc *= 2;
-  const int sub = int(threadIdx.x) % tpc;
-  for (int64_t base = 0; base < c; base += blockDim.x / tpc) {
-    const int64_t ch = base + threadIdx.x / tpc;
-    float a[Op::K];
-    Op::identity(a);
-    if (ch < c && int(threadIdx.x) < int(blockDim.x) / tpc * tpc)
-      for (int part = sub; part < parts; part += tpc) {
-        float b[Op::K];
-#pragma unroll
-        for (int k = 0; k < Op::K; ++k) b[k] = p[(int64_t(part) * c + ch) * Op::K + k];
-        Op::merge(a, b);
-      }
-#pragma unroll
-    for (int k = 0; k < Op::K; ++k) tree[threadIdx.x][k] = a[k];
-    __syncthreads();
-    for (int h = tpc / 2; h > 0; h /= 2) {
-      if (sub < h) {
-        float b[Op::K];
-#pragma unroll
-        for (int k = 0; k < Op::K; ++k) b[k] = tree[threadIdx.x + h][k];
-        Op::merge(a, b);
-#pragma unroll
-        for (int k = 0; k < Op::K; ++k) tree[threadIdx.x][k] = a[k];
-      }
-      __syncthreads();
-    }
-    if (sub == 0 && ch < c && int(threadIdx.x) < int(blockDim.x) / tpc * tpc) finish(ch, a);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *counter = 0u;  // ready for the next kernel on the stream
-}
+// Accesses in flight per thread in the reductions.
+template <int VEC>
+inline constexpr int kBatch = VEC == 1 ? 8 : 4;
 
-// Channels-first reduction: block (channel, part); groups of G lanes walk
-// chunks of the channel's planes (a chunk: up to kPlaneChunk elements of one
-// (n, c) plane), VEC elements per access.
-template <class Src, int VEC, int G, class Finish>
+// Channels-first reduction: block (channel, part) walks its share of the
+// channel's n * (s / VEC) vectors flat, kBatch at a time. Partial results go
+// to partials[part][channel][K].
+template <class Src, int VEC>
 __global__ void __launch_bounds__(kThreads)
-    reduce_channels_first(Shape sh, Src src, int parts, int64_t chunks_per_plane, int64_t chunk, float *partials,
-                          unsigned *counter, Finish finish) {
+    reduce_channels_first(Shape sh, Src src, int parts, FastDivider div_plane, float *partials) {
   using Op = Src;
+  constexpr int U = kBatch<VEC>;
   const int64_t ch = blockIdx.x / parts;
   const int part = int(blockIdx.x % parts);
-  const int64_t units = sh.n * chunks_per_plane;
-  const int64_t u_begin = units * part / parts, u_end = units * (part + 1) / parts;
-  const int lane = int(threadIdx.x) % G, group = int(threadIdx.x) / G, groups = int(blockDim.x) / G;
+  const int64_t plane_vectors = sh.s / VEC, total = sh.n * plane_vectors;
+  const int64_t begin = total * part / parts, end = total * (part + 1) / parts;
   const float context = src.context(ch);
   float a[Op::K];
   Op::identity(a);
-  for (int64_t u = u_begin + group; u < u_end; u += groups) {
-    const int64_t n = u / chunks_per_plane, q = u - n * chunks_per_plane;
-    const int64_t plane = (n * sh.c + ch) * sh.s;
-    const int64_t s_end = min(sh.s, (q + 1) * chunk);
-    for (int64_t s = q * chunk + int64_t(lane) * VEC; s < s_end; s += int64_t(G) * VEC) src.add_run(a, plane + s, context);
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += int64_t(U) * blockDim.x) {
+    typename Src::Item it[U];
+    int valid = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = i0 + int64_t(u) * blockDim.x;
+      if (i < end) {
+        const int64_t n = sh.small ? int64_t(div_plane.div(uint32_t(i))) : i / plane_vectors;
+        it[u] = src.load((n * sh.c + ch) * sh.s + (i - n * plane_vectors) * VEC);
+        valid = u + 1;
+      }
+    }
+    src.add_items(a, it, valid, context);
   }
   block_merge<Op>(a);
   if (threadIdx.x == 0)
 #pragma unroll
     for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.c + ch) * Op::K + k] = a[k];
-  finish_if_last<Op>(counter, partials, sh.c, parts, finish);
 }
 
 // Channels-last reduction: the tensor is rows (n, s) x c columns. Block
 // (column tile, part): tx lanes across VEC-wide column vectors, ty down the
-// part's rows; states merged over ty in shared memory.
-template <class Src, int VEC, class Finish>
-__global__ void __launch_bounds__(kThreads)
-    reduce_channels_last(Shape sh, Src src, int tile, float *partials, unsigned *counter, Finish finish) {
+// part's rows, kBatch rows at a time; states merged over ty in shared memory.
+template <class Src, int VEC>
+__global__ void __launch_bounds__(kThreads) reduce_channels_last(Shape sh, Src src, int tile, float *partials) {
   using Op = Src;
+  constexpr int U = kBatch<VEC>;
   __shared__ float tree[kThreads][VEC][Op::K];
   const int parts = int(gridDim.y), part = int(blockIdx.y);
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
@@ -508,7 +567,19 @@ __global__ void __launch_bounds__(kThreads)
     float context[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) context[j] = src.context(col0 + j);  // c % VEC == 0 when VEC > 1
-    for (int64_t r = r_begin + ty; r < r_end; r += rows_step) src.add_columns(a, r * sh.c + col0, context);
+    for (int64_t r0 = r_begin + ty; r0 < r_end; r0 += int64_t(U) * rows_step) {
+      typename Src::Item it[U];
+      int valid = 0;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t r = r0 + int64_t(u) * rows_step;
+        if (r < r_end) {
+          it[u] = src.load(r * sh.c + col0);
+          valid = u + 1;
+        }
+      }
+      src.add_rows(a, it, valid, context);
+    }
   }
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
@@ -533,7 +604,32 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < VEC; ++j)
 #pragma unroll
       for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.c + col0 + j) * Op::K + k] = a[j][k];
-  finish_if_last<Op>(counter, partials, sh.c, parts, finish);
+}
+
+// Merges each channel's partials in a fixed order (deterministic, no float
+// atomics): `tpc` lanes per channel (a power of two <= 32, inside one warp)
+// take every tpc-th part, then a butterfly over those lanes; lane 0 finishes.
+template <class Op, class Finish>
+__global__ void __launch_bounds__(kThreads)
+    finalize(int64_t c, int parts, int tpc, const float *partials, Finish finish) {
+  const int sub = int(threadIdx.x) % tpc;
+  const int64_t ch = int64_t(blockIdx.x) * (blockDim.x / tpc) + threadIdx.x / tpc;
+  float a[Op::K];
+  Op::identity(a);
+  if (ch < c)
+    for (int part = sub; part < parts; part += tpc) {
+      float b[Op::K];
+#pragma unroll
+      for (int k = 0; k < Op::K; ++k) b[k] = partials[(int64_t(part) * c + ch) * Op::K + k];
+      Op::merge(a, b);
+    }
+  for (int o = tpc / 2; o > 0; o /= 2) {
+    float b[Op::K];
+#pragma unroll
+    for (int k = 0; k < Op::K; ++k) b[k] = shfl_xor(a[k], o, tpc);
+    Op::merge(a, b);
+  }
+  if (sub == 0 && ch < c) finish(ch, a);
 }
 
 // ---------------------------------------------------------------------------
@@ -581,14 +677,31 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   const int64_t planes = sh.n * sh.c;
   const int64_t p0 = planes * blockIdx.x / gridDim.x, p1 = planes * (blockIdx.x + 1) / gridDim.x;
   const int64_t vectors = sh.s / VEC;
+  // The block's planes are contiguous in x: copy them all at once (4 loads
+  // in flight per thread) so DRAM latency is paid once, not once per plane.
+  {
+    const Pack<T, VEC> *src = reinterpret_cast<const Pack<T, VEC> *>(x + p0 * sh.s);
+    Pack<T, VEC> *dst = reinterpret_cast<Pack<T, VEC> *>(tile);
+    const int64_t count = (p1 - p0) * vectors;
+    constexpr int U = 4;
+    for (int64_t v0 = threadIdx.x; v0 < count; v0 += int64_t(U) * blockDim.x) {
+      Pack<T, VEC> packs[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (v0 + int64_t(u) * blockDim.x < count) packs[u] = load_global(src + v0 + int64_t(u) * blockDim.x);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (v0 + int64_t(u) * blockDim.x < count) dst[v0 + int64_t(u) * blockDim.x] = packs[u];
+    }
+    __syncthreads();
+  }
   for (int64_t p = p0; p < p1; ++p) {
     float a[Welford::K];
     Welford::identity(a);
     const float shift = channel_shift(x, p % sh.c, sh.s);
-    T *t = tile + (p - p0) * sh.s;
+    const T *t = tile + (p - p0) * sh.s;
     for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
-      const Pack<T, VEC> pack = load_global(reinterpret_cast<const Pack<T, VEC> *>(x + p * sh.s) + v);
-      reinterpret_cast<Pack<T, VEC> *>(t)[v] = pack;
+      const Pack<T, VEC> pack = reinterpret_cast<const Pack<T, VEC> *>(t)[v];
       float b[Welford::K] = {float(VEC), 0.0f, 0.0f};
 #pragma unroll
       for (int j = 0; j < VEC; ++j) b[1] += to_float(pack.v[j]) - shift;
@@ -631,7 +744,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
         if (z) load_vec<T, VEC>(z + p * sh.s + v * VEC, out);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          float val = ((to_float(pack.v[j]) - k.center) - k.c) * k.a + k.b;
+          float val = (to_float(pack.v[j]) - k.center) * k.a + k.b;
           if (z) val += out[j];
           if (do_relu) val = relu(val);
           out[j] = to_float(from_float<T>(val));
@@ -658,19 +771,6 @@ int next_pow2(int64_t v) {
   int p = 1;
   while (p < v && p < (1 << 30)) p *= 2;
   return p;
-}
-
-template <class F>
-bool with_group(int g, F &&f) {
-  switch (g) {
-    case 1: f(IntConst<1>{}); return true;
-    case 2: f(IntConst<2>{}); return true;
-    case 4: f(IntConst<4>{}); return true;
-    case 8: f(IntConst<8>{}); return true;
-    case 16: f(IntConst<16>{}); return true;
-    case 32: f(IntConst<32>{}); return true;
-  }
-  return false;
 }
 
 // Everything pass 1 and pass 2 need that depends on the call's pointers.
@@ -702,7 +802,6 @@ Plan make_plan(int64_t n, int64_t c, int64_t s, bool channels_last, std::initial
 struct Workspace {
   Coef *coef;
   float *partials;
-  unsigned *counter;
 };
 
 xvk_status_t workspace_for(Context &ctx, int64_t c, int64_t partial_floats, Workspace &w) {
@@ -710,65 +809,62 @@ xvk_status_t workspace_for(Context &ctx, int64_t c, int64_t partial_floats, Work
   const size_t coef_bytes = size_t(c) * sizeof(Coef);
   error_t e = ctx.workspace(coef_bytes + size_t(partial_floats) * sizeof(float), &base);
   if (e != kSuccess) return device_error("allocating the workspace", e);
-  e = ctx.completion_counters(&w.counter);
-  if (e != kSuccess) return device_error("allocating the completion counters", e);
   w.coef = static_cast<Coef *>(base);
   w.partials = reinterpret_cast<float *>(static_cast<char *>(base) + coef_bytes);
   return XVK_SUCCESS;
 }
 
-// Pass 1 for either source; `make_finish(coef)` builds the Finish functor.
+// Pass 1 for either source, then the finalize kernel; `make_finish(coef)`
+// builds the Finish functor. Returns the coefficients through coef_out.
 template <class T, template <class, int> class Source, class SourceInit, class MakeFinish>
 xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish make_finish, Coef **coef_out) {
   const Shape &sh = p.sh;
   xvk_status_t status = XVK_ERROR_INTERNAL;
+  int parts = 1;
+  Workspace w{};
   auto run = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
-    Source<T, VEC> src{};
+    using Src = Source<T, VEC>;
+    Src src{};
     init(src);
-    const int k = Source<T, VEC>::K;
     const int sms = ctx.info->sm_count;
     if (!p.channels_last) {
-      const int64_t vectors_per_plane = (sh.s + VEC - 1) / VEC;
-      const int g = std::min(32, next_pow2(std::min<int64_t>(vectors_per_plane, kPlaneChunk / VEC)));
-      const int64_t chunks = (sh.s + kPlaneChunk - 1) / kPlaneChunk;
-      const int64_t chunk = ((sh.s + chunks - 1) / chunks + VEC - 1) / VEC * VEC;
-      const int64_t units = sh.n * chunks;
-      with_group(g, [&](auto g_tag) {
-        constexpr int G = decltype(g_tag)::value;
-        auto kernel = reduce_channels_first<Source<T, VEC>, VEC, G, decltype(make_finish((Coef *)nullptr))>;
-        const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
-        const int64_t target = int64_t(sms) * std::min(resident, 4);
-        const int parts = int(std::max<int64_t>(1, std::min<int64_t>({units, (target + sh.c - 1) / sh.c, 4096})));
-        if (sh.c * parts > INT32_MAX) return;  // grid limit: status stays INTERNAL
-        Workspace w;
-        status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * k, w);
-        if (status != XVK_SUCCESS) return;
-        kernel<<<unsigned(sh.c * parts), kThreads, 0, ctx.stream>>>(sh, src, parts, chunks, chunk, w.partials,
-                                                                    w.counter, make_finish(w.coef));
-        status = check_launch("batch_norm reduce (channels-first)");
-        *coef_out = w.coef;
-      });
+      auto kernel = reduce_channels_first<Src, VEC>;
+      // One wave of blocks in all; each block at least a few batches of work.
+      const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
+      const int64_t target = int64_t(sms) * resident;
+      const int64_t total = sh.n * (sh.s / VEC);
+      parts = int(std::max<int64_t>(1, std::min<int64_t>({(target + sh.c - 1) / sh.c,
+                                                          total / (int64_t(kThreads) * kBatch<VEC>), 4096})));
+      status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
+      if (status != XVK_SUCCESS) return;
+      const FastDivider div_plane(sh.small ? uint32_t(sh.s / VEC) : 1u);
+      kernel<<<unsigned(sh.c * parts), kThreads, 0, ctx.stream>>>(sh, src, parts, div_plane, w.partials);
+      status = check_launch("batch_norm reduce (channels-first)");
     } else {
       const int64_t col_vectors = (sh.c + VEC - 1) / VEC;
       const int tile = std::min(32, next_pow2(col_vectors));
       const int rows_step = kThreads / tile;
       const int64_t tiles = (col_vectors + tile - 1) / tile;
-      auto kernel = reduce_channels_last<Source<T, VEC>, VEC, decltype(make_finish((Coef *)nullptr))>;
+      auto kernel = reduce_channels_last<Src, VEC>;
       const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
-      const int64_t target = int64_t(sms) * std::min(resident, 4);
+      const int64_t target = int64_t(sms) * resident;
       const int64_t rows = sh.n * sh.s;
-      const int parts = int(std::max<int64_t>(
-          1, std::min<int64_t>({(rows + rows_step - 1) / rows_step, (target + tiles - 1) / tiles, 65535})));
-      if (tiles > INT32_MAX) return;
-      Workspace w;
-      status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * k, w);
+      parts = int(std::max<int64_t>(1, std::min<int64_t>({rows / (int64_t(rows_step) * kBatch<VEC>),
+                                                          (target + tiles - 1) / tiles, 65535})));
+      status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
       if (status != XVK_SUCCESS) return;
-      kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile, w.partials, w.counter,
-                                                                                  make_finish(w.coef));
+      kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile, w.partials);
       status = check_launch("batch_norm reduce (channels-last)");
-      *coef_out = w.coef;
     }
+    if (status != XVK_SUCCESS) return;
+    const int tpc = std::min(32, next_pow2(parts));
+    const int per_block = kThreads / tpc;
+    auto fin = finalize<Src, decltype(make_finish(w.coef))>;
+    fin<<<unsigned((sh.c + per_block - 1) / per_block), kThreads, 0, ctx.stream>>>(sh.c, parts, tpc, w.partials,
+                                                                                    make_finish(w.coef));
+    status = check_launch("batch_norm finalize");
+    *coef_out = w.coef;
   };
   if (p.reduce_vec == kMaxVec<T>)
     run(IntConst<kMaxVec<T>>{});
@@ -777,6 +873,23 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
   else
     run(IntConst<1>{});
   return status;
+}
+
+// Grid of the channels-last pass 2 (the *_rows kernels): column tiles of up
+// to 32 vectors, and enough row blocks to fill the device once.
+struct RowsGrid {
+  dim3 grid;
+  int tile;
+};
+template <class Kernel>
+RowsGrid rows_grid(Context &ctx, Kernel kernel, const Shape &sh, int vec) {
+  const int64_t col_vectors = sh.c / vec;
+  const int tile = std::min(32, next_pow2(col_vectors));
+  const int64_t tiles = (col_vectors + tile - 1) / tile, rows_step = kThreads / tile;
+  const int64_t target = int64_t(ctx.info->sm_count) * ctx.blocks_per_sm(kernel, kThreads, 0);
+  const int64_t row_blocks = std::max<int64_t>(
+      1, std::min<int64_t>({(sh.n * sh.s + rows_step - 1) / rows_step, (target + tiles - 1) / tiles, 65535}));
+  return {dim3(unsigned(tiles), unsigned(row_blocks)), tile};
 }
 
 template <class Kernel>
@@ -879,6 +992,13 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
   if (status != XVK_SUCCESS) return status;
   auto apply = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
+    if (VEC > 1 && p.channels_last && a.c % VEC == 0 && (!a.mask || a.c % kWordBits == 0)) {
+      const RowsGrid g = rows_grid(ctx, forward_apply_rows<T, VEC>, p.sh, VEC);
+      forward_apply_rows<T, VEC><<<g.grid, kThreads, 0, ctx.stream>>>(
+          p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y), a.mask, coef, a.relu,
+          g.tile);
+      return check_launch("batch_norm forward (rows)");
+    }
     auto kernel = forward_apply<T, VEC>;
     kernel<<<apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC), kThreads, 0, ctx.stream>>>(
         p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y), a.mask, coef, a.relu);
@@ -913,6 +1033,13 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
   if (status != XVK_SUCCESS) return status;
   auto apply = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
+    if (VEC > 1 && p.channels_last && a.c % VEC == 0) {
+      const RowsGrid g = rows_grid(ctx, backward_apply_rows<T, VEC>, p.sh, VEC);
+      backward_apply_rows<T, VEC><<<g.grid, kThreads, 0, ctx.stream>>>(
+          p.sh, static_cast<const T *>(a.dy), static_cast<const T *>(a.x), static_cast<const T *>(a.y), a.mask,
+          static_cast<T *>(a.dx), static_cast<T *>(a.dz), coef, a.relu, g.tile);
+      return check_launch("batch_norm backward (rows)");
+    }
     auto kernel = backward_apply<T, VEC>;
     kernel<<<apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC), kThreads, 0, ctx.stream>>>(
         p.sh, static_cast<const T *>(a.dy), static_cast<const T *>(a.x), static_cast<const T *>(a.y), a.mask,
