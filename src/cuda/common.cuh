@@ -26,11 +26,30 @@ struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
 };
 
+// Element j of a pack as a float. A bfloat16 is the top half of a float32,
+// so it widens from its 32-bit word (the pair it shares) with one shift or
+// mask, instead of through a 16-bit register of its own. Element 2i is the
+// low half of word i on every GPU we build for (little-endian).
+template <class T, int VEC>
+__device__ __forceinline__ float element(const Pack<T, VEC> &pack, int j) {
+  if constexpr (std::is_same_v<T, bfloat16> && VEC % 2 == 0) {
+    uint32_t w;
+    __builtin_memcpy(&w, &pack.v[j & ~1], sizeof w);
+    return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
+  } else {
+    return to_float(pack.v[j]);
+  }
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ void unpack(const Pack<T, VEC> &pack, float (&out)[VEC]) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) out[j] = element(pack, j);
+}
+
 template <class T, int VEC>
 __device__ __forceinline__ void load_pack(const T *p, float (&out)[VEC]) {
-  const Pack<T, VEC> pack = load_global(reinterpret_cast<const Pack<T, VEC> *>(p));
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) out[i] = to_float(pack.v[i]);
+  unpack(load_global(reinterpret_cast<const Pack<T, VEC> *>(p)), out);
 }
 
 template <class T, int VEC>
@@ -150,9 +169,10 @@ __device__ __forceinline__ void load_vec(const T *p, float (&out)[VEC]) {
   constexpr int kChunk = VEC < kMaxVec<T> ? VEC : kMaxVec<T>;
 #pragma unroll
   for (int c = 0; c < VEC; c += kChunk) {
-    const Pack<T, kChunk> pack = load_global(reinterpret_cast<const Pack<T, kChunk> *>(p + c));
+    float part[kChunk];
+    unpack(load_global(reinterpret_cast<const Pack<T, kChunk> *>(p + c)), part);
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) out[c + i] = to_float(pack.v[i]);
+    for (int i = 0; i < kChunk; ++i) out[c + i] = part[i];
   }
 }
 
