@@ -6,9 +6,10 @@
 // Each call is two kernels over the activation (the minimal algorithm when
 // the tensor does not fit on chip):
 //   1. a per-channel reduction (Welford of x; or sums of g and g * (x - mean)
-//      for the backward) whose blocks write partial results; the block that
-//      finishes last merges them in a fixed order (deterministic, no float
-//      atomics) and writes the per-channel outputs and coefficients;
+//      for the backward) whose blocks write partial results, then a small
+//      finalize kernel that merges each channel's partials in a fixed order
+//      (deterministic, no float atomics) and writes the per-channel outputs
+//      and coefficients;
 //   2. an elementwise pass over the flat tensor that applies them
 //      (y = (x - mean) * scale + beta (+ z), ReLU, mask; or dx, dz).
 // The reduction has one shape per memory order: channels-first runs lanes
@@ -25,32 +26,46 @@ namespace {
 
 constexpr int kThreads = 256;       // every BatchNorm kernel
 constexpr int kWordBits = 32;       // mask word: library format, not the warp width
+// Gate bits (one per element, as in a mask word) when there is no ReLU: every
+// element's gradient passes.
+constexpr uint32_t kGateOpen = uint32_t((uint64_t(1) << kWordBits) - 1);
 
 // ---------------------------------------------------------------------------
 // Index arithmetic: the channel of a flat element index.
 // ---------------------------------------------------------------------------
 
-// Quotient by a fixed divisor d < 2^31 for numerators < 2^32, by a multiply
-// (q = (umulhi(n, magic) + n) >> shift) instead of a hardware-less 32-bit
-// divide; the elementwise pass needs one per vector.
+// Quotient by a fixed divisor 1 <= d < 2^63 by a multiply instead of a
+// division: q = (umulhi(n, magic) + n) >> shift, shift = ceil(log2 d), magic
+// = floor(2^W (2^shift - d) / d) + 1 for W-bit words (the round-up method of
+// Granlund and Montgomery). div(n, true): the 32-bit form, for n < 2^32 and d
+// <= 2^31 (tensors under 2^31 elements; a few instructions); otherwise the
+// 64-bit form, for n < 2^63 (so the sum fits). A 64-bit `/` would be a called
+// subroutine that costs a kernel registers even on a path never taken.
 struct FastDivider {
-  uint32_t magic = 0, shift = 0;
+  uint64_t magic64 = 0;
+  uint32_t magic32 = 0, shift = 0;
   FastDivider() = default;
-  explicit FastDivider(uint32_t d) {
-    while ((uint64_t(1) << shift) < d) ++shift;
-    magic = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1);
+  explicit FastDivider(uint64_t d) {
+    while (shift < 63 && (uint64_t(1) << shift) < d) ++shift;
+    using u128 = unsigned __int128;
+    magic64 = uint64_t((u128(1) << 64) * u128((uint64_t(1) << shift) - d) / d + 1);
+    if (shift <= 31) magic32 = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1);
   }
-  __device__ __forceinline__ uint32_t div(uint32_t n) const {
-    return uint32_t((uint64_t(__umulhi(n, magic)) + n) >> shift);
+  __device__ __forceinline__ uint64_t div(uint64_t n, bool small) const {
+    if (small) return uint32_t((uint64_t(__umulhi(uint32_t(n), magic32)) + uint32_t(n)) >> shift);
+    return (__umul64hi(n, magic64) + n) >> shift;
   }
 };
 
 // The tensor as the kernels see it. Flat element e belongs to channel
 // (e / inner) % c, with inner = s for channels-first and 1 for channels-last;
-// e % inner is its place in the run of one channel.
+// e % inner is its place in the run of one channel. As a matrix it is `rows`
+// rows of row_len = c * inner elements (channels-last: the n * s positions
+// by c channels; channels-first: the n samples by c * s), and column k of
+// every row belongs to channel k / inner.
 struct Shape {
-  int64_t n, c, s, numel, inner;
-  bool small;  // numel < 2^31: 32-bit fast division
+  int64_t n, c, s, numel, inner, rows, row_len;
+  bool small;  // numel < 2^31: every index and quotient fits the 32-bit FastDivider
   FastDivider div_inner, div_c;
 };
 
@@ -61,24 +76,23 @@ Shape make_shape(int64_t n, int64_t c, int64_t s, bool channels_last) {
   sh.s = s;
   sh.numel = n * c * s;
   sh.inner = channels_last ? 1 : s;
+  sh.row_len = c * sh.inner;
+  sh.rows = channels_last ? n * s : n;
   sh.small = sh.numel < (int64_t(1) << 31);
-  if (sh.small) {
-    sh.div_inner = FastDivider(uint32_t(sh.inner));
-    sh.div_c = FastDivider(uint32_t(c));
-  }
+  sh.div_inner = FastDivider(uint64_t(sh.inner));
+  sh.div_c = FastDivider(uint64_t(c));
   return sh;
 }
 
 __device__ __forceinline__ void channel_at(const Shape &sh, int64_t e, int &ch, int64_t &r) {
-  if (sh.small) {
-    const uint32_t q = sh.div_inner.div(uint32_t(e));
-    r = e - int64_t(q) * sh.inner;
-    ch = int(q - sh.div_c.div(q) * uint32_t(sh.c));
-  } else {
-    const int64_t q = e / sh.inner;
-    r = e - q * sh.inner;
-    ch = int(q % sh.c);
-  }
+  const uint64_t q = sh.div_inner.div(uint64_t(e), sh.small);
+  r = e - int64_t(q) * sh.inner;
+  ch = int(q - sh.div_c.div(q, sh.small) * uint64_t(sh.c));
+}
+
+// The channel of column k of the tensor's rows (k < row_len).
+__device__ __forceinline__ int column_channel(const Shape &sh, int64_t k) {
+  return int(sh.div_inner.div(uint64_t(k), sh.small));
 }
 
 // Moves (ch, r) to the next flat element.
@@ -129,45 +143,88 @@ struct alignas(16) Coef {
   float center, a, b, c;
 };
 
+// Vectors per thread per step of pass 2, loaded before any is used; they stay
+// packed (16-bit types: half the registers) until used. 4 was no faster on
+// the H100 (channels-last fp16 forward of 256x256x56x56: 332 us against 309
+// us with 1), so the kernels keep the shape but take one.
+constexpr int kApplyBatch = 1;
+// Resident blocks per SM the pass-2 kernels are compiled for: a cap of 128
+// registers (left alone, nvcc took up to 153 for the 16-bit kernels, one
+// block per SM; a cap of 80 or 64 spilled 300-900 bytes).
+constexpr int kApplyMinBlocks = 2;
+
+template <class T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_pack(const T *p, int64_t e) {
+  return load_global(reinterpret_cast<const Pack<T, VEC> *>(p + e));
+}
+
+// The same, or the elements before numel (the rest 0) for a tail vector.
+template <class T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_pack_tail(const T *p, int64_t e, int64_t numel) {
+  if (e + VEC <= numel) return load_pack<T, VEC>(p, e);
+  Pack<T, VEC> k;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) k.v[j] = e + j < numel ? load_global(p + e + j) : from_float<T>(0.0f);
+  return k;
+}
+
+// The flat kernels walk warp chunks of kApplyBatch * warp-width vectors:
+// item u of a lane is vector chunk + u * warp width + lane, so each u is one
+// warp-contiguous run (coalesced, and the lanes of a mask word together).
+// UNIFORM: every vector lies in one channel (channels-first with s % VEC ==
+// 0, or VEC == 1), so no per-element channel stepping.
+
 // y = relu?((x - mean) * scale + beta (+ z)), and the mask bits of y > 0.
 // Lane groups of 32 / VEC lanes own one mask word; the loop runs per warp so
 // every lane of a group is present for the OR of their bits.
-template <class T, int VEC>
-__global__ void __launch_bounds__(kThreads) forward_apply(Shape sh, const T *x, const T *z, T *y, uint32_t *mask,
+template <class T, int VEC, bool UNIFORM>
+__global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply(Shape sh, const T *x, const T *z, T *y, uint32_t *mask,
                                                           const Coef *coef, int do_relu) {
-  constexpr int kLanesPerWord = kWordBits / VEC;
+  constexpr int kLanesPerWord = kWordBits / VEC, U = kApplyBatch;
   static_assert(kLanesPerWord <= kMinWarpSize, "a mask word's lanes are in one warp");
+  const int lane = lane_id();
   const int64_t vectors = (sh.numel + VEC - 1) / VEC;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t v0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x - lane_id(); v0 < vectors; v0 += stride) {
-    const int64_t v = v0 + lane_id();
-    const int64_t e = v * VEC;
-    uint32_t bits = 0;
-    if (v < vectors) {
-      float xs[VEC], out[VEC];
-      load_tail<T, VEC>(x, e, sh.numel, xs);
-      if (z) load_tail<T, VEC>(z, e, sh.numel, out);
-      int ch;
-      int64_t r;
-      channel_at(sh, e, ch, r);
-      Coef k = coef[ch];
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x * U;
+  for (int64_t c0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x - lane) * U; c0 < vectors; c0 += stride) {
+    Pack<T, VEC> xs[U], zs[U];
+    Coef k[U];
+    int ch[U];
+    int64_t r[U];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        if (j > 0 && step_channel(sh, ch, r)) k = coef[ch];
-        float val = (xs[j] - k.center) * k.a + k.b;
-        if (z) val += out[j];
-        if (do_relu) val = relu(val);
-        const T stored = from_float<T>(val);
-        out[j] = to_float(stored);
-        if (out[j] > 0.0f && e + j < sh.numel) bits |= 1u << j;  // a tail vector's padding stays 0
+    for (int u = 0; u < U; ++u) {
+      const int64_t v = c0 + u * kWarpSize + lane;
+      if (v < vectors) {
+        xs[u] = load_pack_tail<T, VEC>(x, v * VEC, sh.numel);
+        if (z) zs[u] = load_pack_tail<T, VEC>(z, v * VEC, sh.numel);
+        channel_at(sh, v * VEC, ch[u], r[u]);
+        k[u] = coef[ch[u]];
       }
-      store_tail<T, VEC>(y, e, sh.numel, out);
     }
-    if (mask) {
-      bits <<= (lane_id() % kLanesPerWord) * VEC;
 #pragma unroll
-      for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
-      if (lane_id() % kLanesPerWord == 0 && v < vectors) mask[e / kWordBits] = bits;
+    for (int u = 0; u < U; ++u) {
+      const int64_t v = c0 + u * kWarpSize + lane, e = v * VEC;
+      uint32_t bits = 0;
+      if (v < vectors) {
+        float xf[VEC], zf[VEC], out[VEC];
+        unpack(xs[u], xf);
+        if (z) unpack(zs[u], zf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          if (!UNIFORM && j > 0 && step_channel(sh, ch[u], r[u])) k[u] = coef[ch[u]];
+          float val = (xf[j] - k[u].center) * k[u].a + k[u].b;
+          if (z) val += zf[j];
+          if (do_relu) val = relu(val);
+          out[j] = to_float(from_float<T>(val));
+          if (out[j] > 0.0f && e + j < sh.numel) bits |= 1u << j;  // a tail vector's padding stays 0
+        }
+        store_tail<T, VEC>(y, e, sh.numel, out);
+      }
+      if (mask) {
+        bits <<= (lane % kLanesPerWord) * VEC;
+#pragma unroll
+        for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
+        if (lane % kLanesPerWord == 0 && v < vectors) mask[e / kWordBits] = bits;
+      }
     }
   }
 }
@@ -185,106 +242,150 @@ __device__ __forceinline__ uint32_t gate_bits(const T *y, const uint32_t *mask, 
   return bits;
 }
 
-// dx = a * g + b * (x - mean) + c, dz = g, with g = dy gated by ReLU.
-template <class T, int VEC>
-__global__ void __launch_bounds__(kThreads) backward_apply(Shape sh, const T *dy, const T *x, const T *y,
+// dx = a * g + b * (x - mean) + c, dz = g, with g = dy gated by ReLU. Same
+// walk as forward_apply.
+template <class T, int VEC, bool UNIFORM>
+__global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shape sh, const T *dy, const T *x, const T *y,
                                                            const uint32_t *mask, T *dx, T *dz, const Coef *coef,
                                                            int do_relu) {
+  constexpr int U = kApplyBatch;
+  const int lane = lane_id();
   const int64_t vectors = (sh.numel + VEC - 1) / VEC;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
-    const int64_t e = v * VEC;
-    float g[VEC], xs[VEC], out[VEC];
-    load_tail<T, VEC>(dy, e, sh.numel, g);
-    load_tail<T, VEC>(x, e, sh.numel, xs);
-    if (do_relu) {
-      const uint32_t bits = gate_bits<T, VEC>(y, mask, e, sh.numel);
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x * U;
+  for (int64_t c0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x - lane) * U; c0 < vectors; c0 += stride) {
+    Pack<T, VEC> dys[U], xs[U];
+    uint32_t bits[U];
+    Coef k[U];
+    int ch[U];
+    int64_t r[U];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
+    for (int u = 0; u < U; ++u) {
+      const int64_t v = c0 + u * kWarpSize + lane;
+      if (v < vectors) {
+        dys[u] = load_pack_tail<T, VEC>(dy, v * VEC, sh.numel);
+        xs[u] = load_pack_tail<T, VEC>(x, v * VEC, sh.numel);
+        bits[u] = do_relu ? gate_bits<T, VEC>(y, mask, v * VEC, sh.numel) : kGateOpen;
+        channel_at(sh, v * VEC, ch[u], r[u]);
+        k[u] = coef[ch[u]];
+      }
     }
-    int ch;
-    int64_t r;
-    channel_at(sh, e, ch, r);
-    Coef k = coef[ch];
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      if (j > 0 && step_channel(sh, ch, r)) k = coef[ch];
-      out[j] = k.a * g[j] + k.b * (xs[j] - k.center) + k.c;
-    }
-    if (dz) store_tail<T, VEC>(dz, e, sh.numel, g);
-    store_tail<T, VEC>(dx, e, sh.numel, out);
-  }
-}
-
-// Channels-last pass 2 when c is a multiple of the vector (and of 32 when a
-// mask is written): threads keep VEC channels' coefficients in registers and
-// walk down the rows, instead of loading a coefficient per element. tx lanes
-// across column vectors, ty down rows; grid (column tiles, row blocks). The
-// lanes of one mask word (32 channels of a row) are consecutive tx of one ty,
-// and every lane runs the same row loop, so all are present for the OR.
-template <class T, int VEC>
-__global__ void __launch_bounds__(kThreads) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
-                                                               uint32_t *mask, const Coef *coef, int do_relu,
-                                                               int tile) {
-  constexpr int kLanesPerWord = kWordBits / VEC;
-  const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
-  const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
-  const bool active = col0 < sh.c;
-  Coef k[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) k[j] = active ? coef[col0 + j] : Coef{};
-  const int64_t rows = sh.n * sh.s;
-  for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
-    const int64_t e = r * sh.c + col0;
-    uint32_t bits = 0;
-    if (active) {
-      float xs[VEC], out[VEC];
-      load_vec<T, VEC>(x + e, xs);
-      if (z) load_vec<T, VEC>(z + e, out);
+    for (int u = 0; u < U; ++u) {
+      const int64_t v = c0 + u * kWarpSize + lane, e = v * VEC;
+      if (v >= vectors) continue;
+      float g[VEC], xf[VEC], out[VEC];
+      unpack(dys[u], g);
+      unpack(xs[u], xf);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        float val = (xs[j] - k[j].center) * k[j].a + k[j].b;
-        if (z) val += out[j];
-        if (do_relu) val = relu(val);
-        out[j] = to_float(from_float<T>(val));
-        if (out[j] > 0.0f) bits |= 1u << j;
+        if (!UNIFORM && j > 0 && step_channel(sh, ch[u], r[u])) k[u] = coef[ch[u]];
+        g[j] = (bits[u] >> j) & 1u ? g[j] : 0.0f;
+        out[j] = k[u].a * g[j] + k[u].b * (xf[j] - k[u].center) + k[u].c;
       }
-      store_vec<T, VEC>(y + e, out);
+      if (dz) store_tail<T, VEC>(dz, e, sh.numel, g);
+      store_tail<T, VEC>(dx, e, sh.numel, out);
     }
-    if (mask) {
-      bits <<= (tx % kLanesPerWord) * VEC;
+  }
+}
+
+// Pass 2 over the tensor as rows (Shape), when row_len is a multiple of the
+// vector (and of 32 when a mask is written): a thread owns one column vector,
+// keeps its VEC elements' coefficients in registers (channels-last: VEC
+// channels; channels-first: the one or two channels the vector touches) and
+// walks down the rows, kApplyBatch rows at a time, instead of finding and
+// loading a coefficient per element. tx lanes across column vectors, ty down
+// rows; grid (column tiles, row blocks). The lanes of one mask word (32
+// columns of a row) are consecutive tx of one ty, and every lane runs the
+// same row loop, so all are present for the OR.
+template <class T, int VEC>
+__global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
+                                                               uint32_t *mask, const Coef *coef, int do_relu,
+                                                               int tile) {
+  constexpr int kLanesPerWord = kWordBits / VEC, U = kApplyBatch;
+  const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
+  const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
+  const bool active = col0 < sh.row_len;
+  Coef k[VEC];
 #pragma unroll
-      for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
-      if (tx % kLanesPerWord == 0 && active) mask[e / kWordBits] = bits;
+  for (int j = 0; j < VEC; ++j) k[j] = active ? coef[column_channel(sh, col0 + j)] : Coef{};
+  const int64_t rows = sh.rows;
+  for (int64_t r0 = int64_t(blockIdx.y) * rows_step * U + ty; r0 < rows; r0 += int64_t(gridDim.y) * rows_step * U) {
+    Pack<T, VEC> xs[U], zs[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t r = r0 + int64_t(u) * rows_step;
+      if (active && r < rows) {
+        xs[u] = load_pack<T, VEC>(x, r * sh.row_len + col0);
+        if (z) zs[u] = load_pack<T, VEC>(z, r * sh.row_len + col0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t r = r0 + int64_t(u) * rows_step, e = r * sh.row_len + col0;
+      uint32_t bits = 0;
+      if (active && r < rows) {
+        float xf[VEC], zf[VEC], out[VEC];
+        unpack(xs[u], xf);
+        if (z) unpack(zs[u], zf);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          float val = (xf[j] - k[j].center) * k[j].a + k[j].b;
+          if (z) val += zf[j];
+          if (do_relu) val = relu(val);
+          out[j] = to_float(from_float<T>(val));
+          if (out[j] > 0.0f) bits |= 1u << j;
+        }
+        store_vec<T, VEC>(y + e, out);
+      }
+      if (mask) {
+        bits <<= (tx % kLanesPerWord) * VEC;
+#pragma unroll
+        for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
+        if (tx % kLanesPerWord == 0 && active && r < rows) mask[e / kWordBits] = bits;
+      }
     }
   }
 }
 
 template <class T, int VEC>
-__global__ void __launch_bounds__(kThreads) backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y,
+__global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y,
                                                                 const uint32_t *mask, T *dx, T *dz,
                                                                 const Coef *coef, int do_relu, int tile) {
+  constexpr int U = kApplyBatch;
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
-  if (col0 >= sh.c) return;
+  if (col0 >= sh.row_len) return;
   Coef k[VEC];
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) k[j] = coef[col0 + j];
-  const int64_t rows = sh.n * sh.s;
-  for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
-    const int64_t e = r * sh.c + col0;
-    float g[VEC], xs[VEC], out[VEC];
-    load_vec<T, VEC>(dy + e, g);
-    load_vec<T, VEC>(x + e, xs);
-    if (do_relu) {
-      const uint32_t bits = gate_bits<T, VEC>(y, mask, e, sh.numel);
+  for (int j = 0; j < VEC; ++j) k[j] = coef[column_channel(sh, col0 + j)];
+  const int64_t rows = sh.rows;
+  for (int64_t r0 = int64_t(blockIdx.y) * rows_step * U + ty; r0 < rows; r0 += int64_t(gridDim.y) * rows_step * U) {
+    Pack<T, VEC> dys[U], xs[U];
+    uint32_t bits[U];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
+    for (int u = 0; u < U; ++u) {
+      const int64_t r = r0 + int64_t(u) * rows_step, e = r * sh.row_len + col0;
+      if (r < rows) {
+        dys[u] = load_pack<T, VEC>(dy, e);
+        xs[u] = load_pack<T, VEC>(x, e);
+        bits[u] = do_relu ? gate_bits<T, VEC>(y, mask, e, sh.numel) : kGateOpen;
+      }
     }
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) out[j] = k[j].a * g[j] + k[j].b * (xs[j] - k[j].center) + k[j].c;
-    if (dz) store_vec<T, VEC>(dz + e, g);
-    store_vec<T, VEC>(dx + e, out);
+    for (int u = 0; u < U; ++u) {
+      const int64_t r = r0 + int64_t(u) * rows_step, e = r * sh.row_len + col0;
+      if (r >= rows) continue;
+      float g[VEC], xf[VEC], out[VEC];
+      unpack(dys[u], g);
+      unpack(xs[u], xf);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        g[j] = (bits[u] >> j) & 1u ? g[j] : 0.0f;
+        out[j] = k[j].a * g[j] + k[j].b * (xf[j] - k[j].center) + k[j].c;
+      }
+      if (dz) store_vec<T, VEC>(dz + e, g);
+      store_vec<T, VEC>(dx + e, out);
+    }
   }
 }
 
@@ -316,6 +417,20 @@ struct Welford {
   }
 };
 
+// Pairwise sum of a batch's partial sums.
+template <int U>
+__device__ __forceinline__ float sum_of(const float (&p)[U]) {
+  if constexpr (U == 1) {
+    return p[0];
+  } else {
+    float half[(U + 1) / 2];
+#pragma unroll
+    for (int i = 0; i < U / 2; ++i) half[i] = p[2 * i] + p[2 * i + 1];
+    if constexpr (U % 2 == 1) half[U / 2] = p[U - 1];
+    return sum_of(half);
+  }
+}
+
 // Statistics of x - shift, shift = the channel's first element: with data
 // far from 0 a float32 Welford mean would carry errors of the data's own
 // magnitude (1e4 * 2^-24 per step) into a variance of 1e-4.
@@ -332,34 +447,56 @@ template <class T, int VEC>
 struct StatsSource : Welford {
   const T *x;
   int64_t shift_stride;  // the channel's first element is x[ch * shift_stride]
+  static constexpr int kBatch = VEC == 1 ? 8 : 4;  // items per batch: 4 x 16 bytes in flight per thread
+  static constexpr int kLastMinBlocks = 3;          // blocks per SM of reduce_channels_last: no spills
   struct Item {
-    float v[VEC];
+    Pack<T, VEC> v;
   };
   __device__ float context(int64_t ch) const { return channel_shift(x, ch, shift_stride); }
-  __device__ Item load(int64_t e) const {
-    Item it;
-    load_vec<T, VEC>(x + e, it.v);
-    return it;
-  }
-  // The batch's own mean and m2 (two passes over registers), then one merge:
-  // one division per batch instead of one per element.
-  template <int U>
-  __device__ void add_items(float (&a)[K], const Item (&it)[U], int valid, float shift) const {
-    float sum = 0.0f;
+  __device__ Item load(int64_t e) const { return {load_pack<T, VEC>(x, e)}; }
+  __device__ Item load_tail(int64_t e, int64_t numel) const { return {load_pack_tail<T, VEC>(x, e, numel)}; }
+  // The batch's count, mean and m2 from its sum and sum of squares of
+  // x - shift (shifted data: values of the order of the channel's spread, so
+  // q - s * mean loses no more than a few ulps of m2), then one merge: one
+  // division per batch and four instructions per element. Element j of item
+  // u counts when bit j of use[u] is set; the others may never have been
+  // loaded and are selected away (garbage * 0 may be NaN). One partial sum
+  // per item, added pairwise at the end: short dependency chains.
+  template <bool kChecked, int U>
+  __device__ static void sums(const Item (&it)[U], const uint32_t (&use)[U], float shift, float (&s)[U],
+                              float (&q)[U]) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) sum += u < valid ? it[u].v[j] - shift : 0.0f;
-    const float count = float(valid * VEC), mean = sum / count;
-    float m2 = 0.0f;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u) {
+      float v[VEC];
+      unpack(it[u].v, v);
+      s[u] = q[u] = 0.0f;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const float d = it[u].v[j] - shift - mean;
-        m2 += u < valid ? d * d : 0.0f;
+        float d = v[j] - shift;
+        if (kChecked) d = (use[u] >> j) & 1u ? d : 0.0f;
+        s[u] += d;
+        q[u] = fmaf(d, d, q[u]);
       }
-    const float b[K] = {count, mean, m2};
+    }
+  }
+  template <int U>
+  __device__ void add_items(float (&a)[K], const Item (&it)[U], const uint32_t (&use)[U], float shift) const {
+    constexpr uint32_t kAll = (1u << VEC) - 1u;
+    int count = 0;
+    bool all = true;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      count += __popc(use[u]);
+      all &= use[u] == kAll;
+    }
+    if (count == 0) return;
+    float s[U], q[U];
+    if (all)
+      sums<false>(it, use, shift, s, q);
+    else
+      sums<true>(it, use, shift, s, q);
+    const float sum = sum_of(s), mean = sum / float(count);
+    const float b[K] = {float(count), mean, fmaxf(sum_of(q) - sum * mean, 0.0f)};
     merge(a, b);
   }
   template <int U>
@@ -367,16 +504,15 @@ struct StatsSource : Welford {
     const float count = float(valid), inv = 1.0f / count;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      float sum = 0.0f, m2 = 0.0f;
-#pragma unroll
-      for (int u = 0; u < U; ++u) sum += u < valid ? it[u].v[j] - shift[j] : 0.0f;
-      const float mean = sum * inv;
+      float sum = 0.0f, sq = 0.0f;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const float d = it[u].v[j] - shift[j] - mean;
-        m2 += u < valid ? d * d : 0.0f;
+        const float d = u < valid ? element(it[u].v, j) - shift[j] : 0.0f;
+        sum += d;
+        sq = fmaf(d, d, sq);
       }
-      const float b[K] = {count, mean, m2};
+      const float mean = sum * inv;
+      const float b[K] = {count, mean, fmaxf(sq - sum * mean, 0.0f)};
       merge(a[j], b);
     }
   }
@@ -399,42 +535,77 @@ struct GradSource : Sums {
   const float *mean;
   int64_t numel;
   int relu;
+  // Items per batch: 16-bit items (two 16-byte loads each) two at a time, so
+  // a thread's unpacked batch fits the registers of 3 blocks per SM.
+  static constexpr int kBatch = VEC == 1 ? 8 : sizeof(T) == 2 ? 2 : 4;
+  // Blocks per SM of reduce_channels_last: 16-bit spilled with 3.
+  static constexpr int kLastMinBlocks = sizeof(T) == 2 ? 2 : 3;
   struct Item {
-    float g[VEC], x[VEC];
+    Pack<T, VEC> g, x;
+    uint32_t gate;  // bit j: element j's gradient passes the ReLU
   };
   __device__ float context(int64_t ch) const { return mean[ch]; }
   __device__ Item load(int64_t e) const {
-    Item it;
-    load_vec<T, VEC>(dy + e, it.g);
-    load_vec<T, VEC>(x + e, it.x);
-    if (relu) {
-      const uint32_t bits = gate_bits<T, VEC>(y, mask, e, numel);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) it.g[j] = (bits >> j) & 1u ? it.g[j] : 0.0f;
-    }
-    return it;
+    return {load_pack<T, VEC>(dy, e), load_pack<T, VEC>(x, e), relu ? gate_bits<T, VEC>(y, mask, e, numel) : kGateOpen};
   }
-  template <int U>
-  __device__ void add_items(float (&a)[K], const Item (&it)[U], int valid, float m) const {
+  __device__ Item load_tail(int64_t e, int64_t n) const {
+    return {load_pack_tail<T, VEC>(dy, e, n), load_pack_tail<T, VEC>(x, e, n),
+            relu ? gate_bits<T, VEC>(y, mask, e, n) : kGateOpen};
+  }
+  // Each item is summed on its own, then the items pairwise and the batch to
+  // the running sums: short dependency chains, and a thread's running sum
+  // takes one rounding per batch instead of one per element (2^27 values per
+  // channel drifted 8e-5 relative otherwise). Elements not in use (add_items:
+  // bit j of use[u] clear; add_rows: u >= valid) may never have been loaded:
+  // 0 * garbage may be NaN, so they are selected away, not multiplied by 0.
+  template <bool kChecked, int U>
+  __device__ static void sums(const Item (&it)[U], const uint32_t (&use)[U], float m, float (&s0)[U],
+                              float (&s1)[U]) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u) {
+      float g[VEC], x[VEC];
+      unpack(it[u].g, g);
+      unpack(it[u].x, x);
+      s0[u] = s1[u] = 0.0f;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const float g = u < valid ? it[u].g[j] : 0.0f;
-        a[0] += g;
-        a[1] += g * (it[u].x[j] - m);
+        const bool in = !kChecked || ((use[u] >> j) & 1u);
+        const float gj = in && ((it[u].gate >> j) & 1u) ? g[j] : 0.0f, dx = in ? x[j] - m : 0.0f;
+        s0[u] += gj;
+        s1[u] = fmaf(gj, dx, s1[u]);
       }
+    }
+  }
+  template <int U>
+  __device__ void add_items(float (&a)[K], const Item (&it)[U], const uint32_t (&use)[U], float m) const {
+    constexpr uint32_t kAll = (1u << VEC) - 1u;
+    bool all = true;
+#pragma unroll
+    for (int u = 0; u < U; ++u) all &= use[u] == kAll;
+    float s0[U], s1[U];
+    if (all)
+      sums<false>(it, use, m, s0, s1);
+    else
+      sums<true>(it, use, m, s0, s1);
+    a[0] += sum_of(s0);
+    a[1] += sum_of(s1);
   }
   template <int U>
   __device__ void add_rows(float (&a)[VEC][K], const Item (&it)[U], int valid, const float (&m)[VEC]) const {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int j = 0; j < VEC; ++j) {
+      float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float g = u < valid ? it[u].g[j] : 0.0f;
-        a[j][0] += g;
-        a[j][1] += g * (it[u].x[j] - m[j]);
+      for (int u = 0; u < U; ++u) {
+        const bool in = u < valid;
+        const float gj = in && ((it[u].gate >> j) & 1u) ? element(it[u].g, j) : 0.0f;
+        const float dx = in ? element(it[u].x, j) - m[j] : 0.0f;
+        s0 += gj;
+        s1 = fmaf(gj, dx, s1);
       }
+      a[j][0] += s0;
+      a[j][1] += s1;
+    }
   }
 };
 
@@ -484,65 +655,87 @@ struct GradFinish {
   }
 };
 
-// Block-wide merge of every thread's state (all of one channel) into thread 0.
+// Merge of the states of each aligned group of `group` threads (a power of
+// two, the same for the whole block; one channel per group) into the group's
+// first thread, in a fixed order: a butterfly inside each warp, then the
+// group's warps in order through shared memory.
 template <class Op>
-__device__ void block_merge(float (&a)[Op::K]) {
+__device__ void group_merge(float (&a)[Op::K], int group) {
   __shared__ float warp_part[kMaxWarpsPerBlock][Op::K];
-#pragma unroll
-  for (int o = kWarpSize / 2; o > 0; o /= 2) {
+  for (int o = min(group, kWarpSize) / 2; o > 0; o /= 2) {
     float b[Op::K];
 #pragma unroll
     for (int k = 0; k < Op::K; ++k) b[k] = shfl_xor(a[k], o, kWarpSize);
     Op::merge(a, b);
   }
+  if (group <= kWarpSize) return;  // the same for every thread of the block
   if (lane_id() == 0)
 #pragma unroll
     for (int k = 0; k < Op::K; ++k) warp_part[warp_id()][k] = a[k];
   __syncthreads();
-  if (threadIdx.x == 0)
-    for (int w = 1; w < int(blockDim.x) / kWarpSize; ++w) {
-      float b[Op::K];
-#pragma unroll
-      for (int k = 0; k < Op::K; ++k) b[k] = warp_part[w][k];
-      Op::merge(a, b);
-    }
+  if (int(threadIdx.x) % group == 0)
+    for (int w = warp_id() + 1; w < warp_id() + group / kWarpSize; ++w) Op::merge(a, warp_part[w]);
 }
 
-// Accesses in flight per thread in the reductions.
-template <int VEC>
-inline constexpr int kBatch = VEC == 1 ? 8 : 4;
+// Resident blocks per SM the reductions are compiled for: more warps keep
+// more loads in flight. Channels-first: 4 (a cap of 64 registers; with 3 the
+// compiler took up to 76 and the fp32 backward reduction of 256x256x56x56 on
+// the H100 ran at 82% of DRAM bandwidth against 92% with 60), the ragged
+// variant 3 (it spilled under 64). Channels-last threads hold VEC channels'
+// states: Src::kLastMinBlocks.
+template <bool RAGGED>
+inline constexpr int kReduceFirstMinBlocks = RAGGED ? 3 : 4;
 
-// Channels-first reduction: block (channel, part) walks its share of the
-// channel's n * (s / VEC) vectors flat, kBatch at a time. Partial results go
-// to partials[part][channel][K].
-template <class Src, int VEC>
-__global__ void __launch_bounds__(kThreads)
-    reduce_channels_first(Shape sh, Src src, int parts, FastDivider div_plane, float *partials) {
+// Channels-first reduction: a group of `group` threads (a power of two up to
+// the block; kThreads / group channels per block, so that small channels do
+// not leave a whole block a few loads each) with its part of the channel
+// walks its share of the channel's n * slots vectors flat, kBatch at a time. Partial results go to
+// partials[part][channel][K]. A plane (n, channel) is `slots` vectors: s / VEC
+// when s is a multiple of VEC; otherwise (RAGGED: 7 x 7 planes, say) the
+// aligned vectors that overlap the plane, their other elements unused, so the
+// loads stay 16 bytes wide (the sectors they touch are the plane's anyway).
+template <class Src, int VEC, bool RAGGED>
+__global__ void __launch_bounds__(kThreads, kReduceFirstMinBlocks<RAGGED>)
+    reduce_channels_first(Shape sh, Src src, int parts, FastDivider div_parts, int slots, FastDivider div_slots,
+                          int group, float *partials) {
   using Op = Src;
-  constexpr int U = kBatch<VEC>;
-  const int64_t ch = blockIdx.x / parts;
-  const int part = int(blockIdx.x % parts);
-  const int64_t plane_vectors = sh.s / VEC, total = sh.n * plane_vectors;
-  const int64_t begin = total * part / parts, end = total * (part + 1) / parts;
-  const float context = src.context(ch);
+  constexpr int U = Src::kBatch;
+  constexpr uint32_t kAll = (1u << VEC) - 1u;
+  const int64_t ch = int64_t(blockIdx.x / parts) * (kThreads / group) + threadIdx.x / group;
+  const int part = int(blockIdx.x % parts), t = int(threadIdx.x) % group;
+  const int64_t total = sh.n * slots;
+  const int64_t begin = int64_t(div_parts.div(uint64_t(total * part), false));
+  const int64_t end = ch < sh.c ? int64_t(div_parts.div(uint64_t(total * (part + 1)), false)) : begin;
+  const float context = ch < sh.c ? src.context(ch) : 0.0f;
   float a[Op::K];
   Op::identity(a);
-  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += int64_t(U) * blockDim.x) {
+  for (int64_t i0 = begin + t; i0 < end; i0 += int64_t(U) * group) {
     typename Src::Item it[U];
-    int valid = 0;
+    uint32_t use[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t i = i0 + int64_t(u) * blockDim.x;
+      const int64_t i = i0 + int64_t(u) * group;
+      use[u] = 0;
       if (i < end) {
-        const int64_t n = sh.small ? int64_t(div_plane.div(uint32_t(i))) : i / plane_vectors;
-        it[u] = src.load((n * sh.c + ch) * sh.s + (i - n * plane_vectors) * VEC);
-        valid = u + 1;
+        const int64_t n = int64_t(div_slots.div(uint64_t(i), sh.small));
+        const int64_t plane = (n * sh.c + ch) * sh.s, k = i - n * slots;
+        if (!RAGGED) {
+          it[u] = src.load(plane + k * VEC);
+          use[u] = kAll;
+        } else {
+          const int64_t e = (plane / VEC + k) * VEC;  // the plane's elements are [lo, hi) of this vector
+          const int64_t lo = plane - e, hi = plane + sh.s - e;
+          if (hi > 0) {
+            it[u] = e + VEC <= sh.numel ? src.load(e) : src.load_tail(e, sh.numel);
+            use[u] = (hi >= VEC ? kAll : (1u << hi) - 1u) & (lo > 0 ? ~((1u << lo) - 1u) : kAll);
+          }
+        }
       }
     }
-    src.add_items(a, it, valid, context);
+    src.add_items(a, it, use, context);
   }
-  block_merge<Op>(a);
-  if (threadIdx.x == 0)
+  group_merge<Op>(a, group);
+  if (t == 0 && ch < sh.c)
 #pragma unroll
     for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.c + ch) * Op::K + k] = a[k];
 }
@@ -551,15 +744,17 @@ __global__ void __launch_bounds__(kThreads)
 // (column tile, part): tx lanes across VEC-wide column vectors, ty down the
 // part's rows, kBatch rows at a time; states merged over ty in shared memory.
 template <class Src, int VEC>
-__global__ void __launch_bounds__(kThreads) reduce_channels_last(Shape sh, Src src, int tile, float *partials) {
+__global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
+    reduce_channels_last(Shape sh, Src src, int tile, FastDivider div_parts, float *partials) {
   using Op = Src;
-  constexpr int U = kBatch<VEC>;
+  constexpr int U = Src::kBatch;
   __shared__ float tree[kThreads][VEC][Op::K];
-  const int parts = int(gridDim.y), part = int(blockIdx.y);
+  const int part = int(blockIdx.y);
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   const int64_t rows = sh.n * sh.s;
-  const int64_t r_begin = rows * part / parts, r_end = rows * (part + 1) / parts;
+  const int64_t r_begin = int64_t(div_parts.div(uint64_t(rows * part), false));
+  const int64_t r_end = int64_t(div_parts.div(uint64_t(rows * (part + 1)), false));
   float a[VEC][Op::K];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) Op::identity(a[j]);
@@ -660,106 +855,143 @@ __device__ void grid_barrier(unsigned *counter) {
 constexpr int kSinglePassThreads = 1024;
 
 // Block b owns a run of whole (n, c) planes, which it loads once into shared
-// memory while taking each plane's Welford state; after the grid barrier each
-// block merges, for each of its planes' channels, the states of that
-// channel's N planes in order n = 0..N-1 (every block the same way, so all
-// agree), normalizes its planes from shared memory and writes y and the mask
-// (planes hold whole mask words: s % 32 == 0). The owner of plane (0, c)
-// writes channel c's saved and running statistics.
+// memory. Its warps then take each plane's Welford state (several warps per
+// plane when the block has fewer planes than warps) and publish it. After the
+// grid barrier, warp w merges the N states of its planes' channels, lane m
+// taking planes n = m, m + 32, ... in order and then a butterfly, so every
+// block that needs a channel computes it identically; the owner of plane
+// (0, c) writes channel c's saved and running statistics. Last, the block
+// normalizes its planes from shared memory and writes y and the mask (planes
+// hold whole mask words: s % 32 == 0). Shared memory: the planes'
+// coefficients, then the tile.
 template <class T, int VEC>
 __global__ void __launch_bounds__(kSinglePassThreads)
     forward_single_pass(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish<T> stats,
                         float *plane_stats, unsigned *counter) {
-  constexpr int kLanesPerWord = kWordBits / VEC;
-  extern __shared__ Coef tile_storage[];  // 16-byte aligned
-  T *tile = reinterpret_cast<T *>(tile_storage);
-  __shared__ Coef k_shared;
+  constexpr int kLanesPerWord = kWordBits / VEC, K = Welford::K;
+  extern __shared__ Coef smem_coef[];  // 16-byte aligned
+  __shared__ float warp_state[kMaxWarpsPerBlock][K];
   const int64_t planes = sh.n * sh.c;
   const int64_t p0 = planes * blockIdx.x / gridDim.x, p1 = planes * (blockIdx.x + 1) / gridDim.x;
-  const int64_t vectors = sh.s / VEC;
+  const int own = int(p1 - p0), max_own = int((planes + gridDim.x - 1) / gridDim.x);
+  const int vectors = int(sh.s / VEC);  // the tile fits in shared memory: small
+  Coef *coef = smem_coef;
+  Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(smem_coef + max_own);
+  const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
   // The block's planes are contiguous in x: copy them all at once (4 loads
   // in flight per thread) so DRAM latency is paid once, not once per plane.
   {
     const Pack<T, VEC> *src = reinterpret_cast<const Pack<T, VEC> *>(x + p0 * sh.s);
-    Pack<T, VEC> *dst = reinterpret_cast<Pack<T, VEC> *>(tile);
-    const int64_t count = (p1 - p0) * vectors;
+    const int count = own * vectors;
     constexpr int U = 4;
-    for (int64_t v0 = threadIdx.x; v0 < count; v0 += int64_t(U) * blockDim.x) {
+    for (int v0 = threadIdx.x; v0 < count; v0 += U * int(blockDim.x)) {
       Pack<T, VEC> packs[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (v0 + int64_t(u) * blockDim.x < count) packs[u] = load_global(src + v0 + int64_t(u) * blockDim.x);
+        if (v0 + u * int(blockDim.x) < count) packs[u] = load_global(src + v0 + u * int(blockDim.x));
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (v0 + int64_t(u) * blockDim.x < count) dst[v0 + int64_t(u) * blockDim.x] = packs[u];
+        if (v0 + u * int(blockDim.x) < count) tile[v0 + u * int(blockDim.x)] = packs[u];
     }
     __syncthreads();
   }
-  for (int64_t p = p0; p < p1; ++p) {
-    float a[Welford::K];
+  // Per-plane states: `per_plane` warps on each of `groups` planes at a time.
+  const int per_plane = own > 0 ? max(1, warps / own) : 1, groups = warps / per_plane;
+  for (int base = 0; base < own; base += groups) {
+    const int pl = base + warp / per_plane;
+    float a[K];
     Welford::identity(a);
-    const float shift = channel_shift(x, p % sh.c, sh.s);
-    const T *t = tile + (p - p0) * sh.s;
-    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
-      const Pack<T, VEC> pack = reinterpret_cast<const Pack<T, VEC> *>(t)[v];
-      float b[Welford::K] = {float(VEC), 0.0f, 0.0f};
+    if (warp < groups * per_plane && pl < own) {
+      const float shift = channel_shift(x, (p0 + pl) % sh.c, sh.s);
+      float sum = 0.0f, sq = 0.0f;
+      int count = 0;
+      for (int v = (warp % per_plane) * kWarpSize + lane; v < vectors; v += per_plane * kWarpSize) {
+        const Pack<T, VEC> pack = tile[pl * vectors + v];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) b[1] += to_float(pack.v[j]) - shift;
-      b[1] /= float(VEC);
+        for (int j = 0; j < VEC; ++j) {
+          const float d = element(pack, j) - shift;
+          sum += d;
+          sq = fmaf(d, d, sq);
+        }
+        count += VEC;
+      }
+      if (count > 0) {
+        const float mean = sum / float(count);
+        const float b[K] = {float(count), mean, fmaxf(sq - sum * mean, 0.0f)};
+        Welford::merge(a, b);
+      }
+    }
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) b[2] += (to_float(pack.v[j]) - shift - b[1]) * (to_float(pack.v[j]) - shift - b[1]);
+    for (int o = kWarpSize / 2; o > 0; o /= 2) {
+      float b[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) b[k] = shfl_xor(a[k], o, kWarpSize);
       Welford::merge(a, b);
     }
-    block_merge<Welford>(a);
-    if (threadIdx.x == 0)
+    if (lane == 0)
 #pragma unroll
-      for (int k = 0; k < Welford::K; ++k) plane_stats[p * Welford::K + k] = a[k];
+      for (int k = 0; k < K; ++k) warp_state[warp][k] = a[k];
+    __syncthreads();
+    if (int(threadIdx.x) < groups && base + int(threadIdx.x) < own) {
+      float m[K];
+      Welford::identity(m);
+      for (int w = int(threadIdx.x) * per_plane; w < int(threadIdx.x + 1) * per_plane; ++w) Welford::merge(m, warp_state[w]);
+#pragma unroll
+      for (int k = 0; k < K; ++k) plane_stats[(p0 + base + threadIdx.x) * K + k] = m[k];
+    }
     __syncthreads();
   }
   grid_barrier(counter);
+  // Each owned plane's channel: its N plane states, merged by one warp.
   const volatile float *ps = plane_stats;
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t n = p / sh.c, ch = p - n * sh.c;
-    if (threadIdx.x == 0) {
-      float a[Welford::K];
-      Welford::identity(a);
-      for (int64_t m = 0; m < sh.n; ++m) {
-        float b[Welford::K];
+  for (int pl = warp; pl < own; pl += warps) {
+    const int64_t p = p0 + pl, n = p / sh.c, ch = p - n * sh.c;
+    float a[K];
+    Welford::identity(a);
+    for (int64_t m = lane; m < sh.n; m += kWarpSize) {
+      float b[K];
 #pragma unroll
-        for (int k = 0; k < Welford::K; ++k) b[k] = ps[(m * sh.c + ch) * Welford::K + k];
-        Welford::merge(a, b);
-      }
-      k_shared = stats.finish(ch, a, n == 0);
+      for (int k = 0; k < K; ++k) b[k] = ps[(m * sh.c + ch) * K + k];
+      Welford::merge(a, b);
     }
-    __syncthreads();
-    const Coef k = k_shared;
-    const T *t = tile + (p - p0) * sh.s;
-    // Warp-uniform loop: a mask word's lanes are all present for the OR.
-    for (int64_t v0 = int64_t(threadIdx.x) - lane_id(); v0 < vectors; v0 += blockDim.x) {
-      const int64_t v = v0 + lane_id();
-      uint32_t bits = 0;
-      if (v < vectors) {
-        const Pack<T, VEC> pack = reinterpret_cast<const Pack<T, VEC> *>(t)[v];
-        float out[VEC];
-        if (z) load_vec<T, VEC>(z + p * sh.s + v * VEC, out);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          float val = (to_float(pack.v[j]) - k.center) * k.a + k.b;
-          if (z) val += out[j];
-          if (do_relu) val = relu(val);
-          out[j] = to_float(from_float<T>(val));
-          if (out[j] > 0.0f) bits |= 1u << j;
-        }
-        store_vec<T, VEC>(y + p * sh.s + v * VEC, out);
-      }
-      if (mask) {
-        bits <<= (lane_id() % kLanesPerWord) * VEC;
+    for (int o = kWarpSize / 2; o > 0; o /= 2) {
+      float b[K];
 #pragma unroll
-        for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
-        if (lane_id() % kLanesPerWord == 0 && v < vectors) mask[(p * sh.s + v * VEC) / kWordBits] = bits;
-      }
+      for (int k = 0; k < K; ++k) b[k] = shfl_xor(a[k], o, kWarpSize);
+      Welford::merge(a, b);
     }
-    __syncthreads();  // k_shared is rewritten for the next plane
+    if (lane == 0) coef[pl] = stats.finish(ch, a, n == 0);
+  }
+  __syncthreads();
+  // Normalize: one flat, warp-uniform walk over the block's vectors, so a
+  // mask word's lanes (all in one plane) are present together for the OR.
+  const int count = own * vectors;
+  for (int v0 = int(threadIdx.x) - lane; v0 < count; v0 += int(blockDim.x)) {
+    const int v = v0 + lane, pl = v / vectors;
+    const int64_t e = p0 * sh.s + int64_t(v) * VEC;
+    uint32_t bits = 0;
+    if (v < count) {
+      const Coef k = coef[pl];
+      const Pack<T, VEC> pack = tile[v];
+      float out[VEC];
+      if (z) load_vec<T, VEC>(z + e, out);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float val = (element(pack, j) - k.center) * k.a + k.b;
+        if (z) val += out[j];
+        if (do_relu) val = relu(val);
+        out[j] = to_float(from_float<T>(val));
+        if (out[j] > 0.0f) bits |= 1u << j;
+      }
+      store_vec<T, VEC>(y + e, out);
+    }
+    if (mask) {
+      bits <<= (lane % kLanesPerWord) * VEC;
+#pragma unroll
+      for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
+      if (lane % kLanesPerWord == 0 && v < count) mask[e / kWordBits] = bits;
+    }
   }
 }
 
@@ -789,13 +1021,19 @@ Plan make_plan(int64_t n, int64_t c, int64_t s, bool channels_last, std::initial
   constexpr int vec = kMaxVec<T>;
   bool aligned = true;
   for (const void *q : ptrs) aligned = aligned && (!q || aligned_to(q, kVectorBytes));
-  // Pass 2 is flat: only the pointers matter. Pass 1 also needs each run
-  // (a plane, or a row of channels) to start on a vector boundary.
+  // Pass 2 is flat: only the pointers matter. Pass 1 channels-first reads
+  // planes that are not whole vectors (7 x 7, 14 x 14 in fp16) as the aligned
+  // vectors that overlap them; channels-last needs rows of whole vectors.
   p.apply_vec = aligned ? vec : 1;
-  // 14 x 14 planes (196 elements) are not whole 16-byte vectors of fp16 but are of 8-byte ones.
-  const int64_t run = channels_last ? c : s;
-  p.reduce_vec = !aligned ? 1 : run % vec == 0 ? vec : run % (vec / 2) == 0 ? vec / 2 : 1;
+  p.reduce_vec = !aligned ? 1 : !channels_last || c % vec == 0 ? vec : c % (vec / 2) == 0 ? vec / 2 : 1;
   return p;
+}
+
+// Blocks per grid row so that `rows_of_blocks` such rows are at most one
+// resident wave: a second, partial wave would leave most SMs idle while it
+// runs (c = 256 with ceil(1056 / 256) = 5 parts ran 1.2 waves, as slow as 2).
+int64_t one_wave(Context &ctx, int resident_per_sm, int64_t rows_of_blocks) {
+  return std::max<int64_t>(1, int64_t(ctx.info->sm_count) * resident_per_sm / rows_of_blocks);
 }
 
 // Workspace: c coefficients (16-byte aligned), then the partials.
@@ -827,19 +1065,25 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     using Src = Source<T, VEC>;
     Src src{};
     init(src);
-    const int sms = ctx.info->sm_count;
     if (!p.channels_last) {
-      auto kernel = reduce_channels_first<Src, VEC>;
-      // One wave of blocks in all; each block at least a few batches of work.
-      const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
-      const int64_t target = int64_t(sms) * resident;
-      const int64_t total = sh.n * (sh.s / VEC);
-      parts = int(std::max<int64_t>(1, std::min<int64_t>({(target + sh.c - 1) / sh.c,
-                                                          total / (int64_t(kThreads) * kBatch<VEC>), 4096})));
+      const bool ragged = sh.s % VEC != 0;
+      auto kernel = ragged ? reduce_channels_first<Src, VEC, true> : reduce_channels_first<Src, VEC, false>;
+      // Vectors per plane: ragged planes overlap at most ceil((s + VEC - 1) / VEC) aligned vectors.
+      const int64_t slots = ragged ? (sh.s + 2 * VEC - 2) / VEC : sh.s / VEC;
+      // Threads per channel: the largest power of two up to the block that
+      // still gives each thread 4 batches; then one wave of blocks in all,
+      // each group at least a few batches of work.
+      const int64_t total = sh.n * slots;
+      int group = kThreads;
+      while (group > 1 && total < int64_t(group) * Src::kBatch * 4) group /= 2;
+      const int64_t groups = (sh.c + kThreads / group - 1) / (kThreads / group);  // blocks per part
+      parts = int(std::max<int64_t>(1, std::min<int64_t>({one_wave(ctx, ctx.blocks_per_sm(kernel, kThreads, 0), groups),
+                                                          total / (int64_t(group) * Src::kBatch), 4096})));
       status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
       if (status != XVK_SUCCESS) return;
-      const FastDivider div_plane(sh.small ? uint32_t(sh.s / VEC) : 1u);
-      kernel<<<unsigned(sh.c * parts), kThreads, 0, ctx.stream>>>(sh, src, parts, div_plane, w.partials);
+      const FastDivider div_slots{uint64_t(slots)};
+      kernel<<<unsigned(groups * parts), kThreads, 0, ctx.stream>>>(sh, src, parts, FastDivider(uint64_t(parts)),
+                                                                    int(slots), div_slots, group, w.partials);
       status = check_launch("batch_norm reduce (channels-first)");
     } else {
       const int64_t col_vectors = (sh.c + VEC - 1) / VEC;
@@ -847,14 +1091,14 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
       const int rows_step = kThreads / tile;
       const int64_t tiles = (col_vectors + tile - 1) / tile;
       auto kernel = reduce_channels_last<Src, VEC>;
-      const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
-      const int64_t target = int64_t(sms) * resident;
       const int64_t rows = sh.n * sh.s;
-      parts = int(std::max<int64_t>(1, std::min<int64_t>({rows / (int64_t(rows_step) * kBatch<VEC>),
-                                                          (target + tiles - 1) / tiles, 65535})));
+      parts = int(std::max<int64_t>(1, std::min<int64_t>({rows / (int64_t(rows_step) * Src::kBatch),
+                                                          one_wave(ctx, ctx.blocks_per_sm(kernel, kThreads, 0), tiles),
+                                                          65535})));
       status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
       if (status != XVK_SUCCESS) return;
-      kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile, w.partials);
+      kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile,
+                                                                                  FastDivider(uint64_t(parts)), w.partials);
       status = check_launch("batch_norm reduce (channels-last)");
     }
     if (status != XVK_SUCCESS) return;
@@ -883,19 +1127,29 @@ struct RowsGrid {
 };
 template <class Kernel>
 RowsGrid rows_grid(Context &ctx, Kernel kernel, const Shape &sh, int vec) {
-  const int64_t col_vectors = sh.c / vec;
-  const int tile = std::min(32, next_pow2(col_vectors));
+  const int64_t col_vectors = sh.row_len / vec;
+  // Up to 32 lanes across a row; wider (fewer rows per block step, down to
+  // one) when there are fewer rows than the block would walk at once
+  // (channels-first with a small batch).
+  int tile = std::min(32, next_pow2(col_vectors));
+  while (kThreads / tile > sh.rows && tile < kThreads) tile *= 2;
   const int64_t tiles = (col_vectors + tile - 1) / tile, rows_step = kThreads / tile;
-  const int64_t target = int64_t(ctx.info->sm_count) * ctx.blocks_per_sm(kernel, kThreads, 0);
+  const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
+  const int64_t wave = int64_t(ctx.info->sm_count) * resident;
+  // Fewer tiles than a wave: one wave of blocks, each walking its share of
+  // the rows. More: a single row block would leave a last, partial wave
+  // (784 tiles on 528 slots took 1.5 waves' time: NCHW fp32 7 x 7 on the
+  // H100), so split the rows until there are about 8 waves.
+  const int64_t wanted = tiles <= wave ? one_wave(ctx, resident, tiles) : (8 * wave + tiles - 1) / tiles;
   const int64_t row_blocks = std::max<int64_t>(
-      1, std::min<int64_t>({(sh.n * sh.s + rows_step - 1) / rows_step, (target + tiles - 1) / tiles, 65535}));
+      1, std::min<int64_t>({(sh.rows + rows_step * kApplyBatch - 1) / (rows_step * kApplyBatch), wanted, 65535}));
   return {dim3(unsigned(tiles), unsigned(row_blocks)), tile};
 }
 
 template <class Kernel>
 unsigned apply_grid(Context &ctx, Kernel kernel, int64_t vectors) {
   const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
-  return unsigned(grid_blocks(ctx, (vectors + kThreads - 1) / kThreads, resident));
+  return unsigned(grid_blocks(ctx, (vectors + kThreads * kApplyBatch - 1) / (kThreads * kApplyBatch), resident));
 }
 
 // XVK_BATCH_NORM_SINGLE_PASS=0 or =1 overrides the tuning table's size limit
@@ -924,7 +1178,8 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   auto kernel = forward_single_pass<T, VEC>;
   const int blocks = ctx.info->sm_count;
   const int64_t planes = p.sh.n * p.sh.c;
-  const int64_t smem = (planes + blocks - 1) / blocks * p.sh.s * int64_t(sizeof(T));
+  const int64_t max_own = (planes + blocks - 1) / blocks;  // planes per block, at most
+  const int64_t smem = max_own * (int64_t(sizeof(Coef)) + p.sh.s * int64_t(sizeof(T)));
   constexpr int kStaticSmem = 1024;  // the kernel's own shared variables, with room to spare
   if (smem + kStaticSmem > ctx.info->max_smem_per_block) return false;
   if (set_max_dynamic_smem(kernel, int(smem)) != kSuccess) {
@@ -992,14 +1247,15 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
   if (status != XVK_SUCCESS) return status;
   auto apply = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
-    if (VEC > 1 && p.channels_last && a.c % VEC == 0 && (!a.mask || a.c % kWordBits == 0)) {
+    if (VEC > 1 && p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
       const RowsGrid g = rows_grid(ctx, forward_apply_rows<T, VEC>, p.sh, VEC);
       forward_apply_rows<T, VEC><<<g.grid, kThreads, 0, ctx.stream>>>(
           p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y), a.mask, coef, a.relu,
           g.tile);
       return check_launch("batch_norm forward (rows)");
     }
-    auto kernel = forward_apply<T, VEC>;
+    const bool uniform = p.channels_last ? VEC == 1 : p.sh.s % VEC == 0;
+    auto kernel = uniform ? forward_apply<T, VEC, true> : forward_apply<T, VEC, false>;
     kernel<<<apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC), kThreads, 0, ctx.stream>>>(
         p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y), a.mask, coef, a.relu);
     return check_launch("batch_norm forward");
@@ -1033,14 +1289,15 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
   if (status != XVK_SUCCESS) return status;
   auto apply = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
-    if (VEC > 1 && p.channels_last && a.c % VEC == 0) {
+    if (VEC > 1 && p.sh.row_len % VEC == 0) {
       const RowsGrid g = rows_grid(ctx, backward_apply_rows<T, VEC>, p.sh, VEC);
       backward_apply_rows<T, VEC><<<g.grid, kThreads, 0, ctx.stream>>>(
           p.sh, static_cast<const T *>(a.dy), static_cast<const T *>(a.x), static_cast<const T *>(a.y), a.mask,
           static_cast<T *>(a.dx), static_cast<T *>(a.dz), coef, a.relu, g.tile);
       return check_launch("batch_norm backward (rows)");
     }
-    auto kernel = backward_apply<T, VEC>;
+    const bool uniform = p.channels_last ? VEC == 1 : p.sh.s % VEC == 0;
+    auto kernel = uniform ? backward_apply<T, VEC, true> : backward_apply<T, VEC, false>;
     kernel<<<apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC), kThreads, 0, ctx.stream>>>(
         p.sh, static_cast<const T *>(a.dy), static_cast<const T *>(a.x), static_cast<const T *>(a.y), a.mask,
         static_cast<T *>(a.dx), static_cast<T *>(a.dz), coef, a.relu);
