@@ -14,7 +14,10 @@
 #              bench/compare_batch_norm.py; about 4 minutes on an H100. BN_REPS (default 50) and
 #              BN_BIG_REPS (default BN_REPS: shapes of >= 100M elements) set the launches per case (>= 20)
 #   quickbnbench the same on two shapes
+#   bntest     the BatchNorm GPU suite three times: as tuned, single-pass forced on, forced off
 #   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
+#   bnprofile  ncu per-kernel times and DRAM bytes of the BatchNorm kernels on one shape (BN_PROFILE_SHAPE,
+#              default 256x256x56x56; BN_PROFILE_OPS, default bn_relu_fwd,bn_relu_bwd), summarised by bench/ncu_summary.py
 #   bnsinglepass  the single-pass (cooperative) training forward against the two-pass one (XVK_BATCH_NORM_SINGLE_PASS)
 #   python     the Python binding's tests with the machine's python3 (PyTorch CUDA tensors included)
 # Packages the machine lacks (dlpack and doctest headers and CMake files) can
@@ -51,6 +54,15 @@ for stage in "$@"; do
         XVK_TEST_QUICK=1 XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 230 compute-sanitizer --tool $tool --error-exitcode 9 \
           $BUILD/bin/test_gpu_ops --test-case-exclude='*2^31*,*65535*' >"$OUT/sanitizer-$tool.log" 2>&1
         echo "$tool exit $?"; tail -4 "$OUT/sanitizer-$tool.log"
+      done ;;
+    bntest)
+      # The BatchNorm GPU suite as the tuning table picks, then with the single-pass forward forced
+      # wherever it can run (=1) and forbidden (=0), so both forward paths are tested whatever the table says.
+      log bntest
+      for v in "" 1 0; do
+        XVK_BATCH_NORM_SINGLE_PASS=$v XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/test_gpu_batch_norm \
+          >"$OUT/bn-test${v:+-singlepass-$v}.log" 2>&1
+        echo "XVK_BATCH_NORM_SINGLE_PASS=${v:-unset} exit $?"; tail -3 "$OUT/bn-test${v:+-singlepass-$v}.log"
       done ;;
     bnsanitize)
       log bnsanitize
@@ -95,6 +107,15 @@ for stage in "$@"; do
           --only bn_relu_fwd,bn_add_relu_fwd --csv "$OUT/xvk-bn-singlepass-$v.csv" >"$OUT/xvk-bn-singlepass-$v.log" 2>&1
         echo "XVK_BATCH_NORM_SINGLE_PASS=$v exit $?"; grep -E "bn_(add_)?relu_fwd" "$OUT/xvk-bn-singlepass-$v.log" | head -30
       done ;;
+    bnprofile)
+      log bnprofile
+      XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 300 ncu --clock-control none --csv \
+        -k 'regex:reduce_|apply|finalize|single_pass|inference_coef' \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        $BUILD/bin/xvk-bench --batch-norm --reps 20 --shape "${BN_PROFILE_SHAPE:-256x256x56x56}" \
+        --only "${BN_PROFILE_OPS:-bn_relu_fwd,bn_relu_bwd}" --csv "$OUT/xvk-bn-profiled.csv" >"$OUT/ncu-bn.csv" 2>"$OUT/ncu-bn.err"
+      echo "ncu exit $?"; tail -3 "$OUT/ncu-bn.err"
+      python3 bench/ncu_summary.py "$OUT/ncu-bn.csv" | tee "$OUT/ncu-bn-summary.txt" | cut -c1-170 | head -40 ;;
     python)
       log python
       LD_LIBRARY_PATH=$PWD/$BUILD/lib XVK_BACKEND_PATH=$PWD/$BUILD/lib PYTHONPATH=$PWD/bindings/python \

@@ -6,7 +6,7 @@
 // copy kernel on the same number of bytes, timed the same way.
 //
 //   xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only]
-//   xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OPS] [--csv FILE]
+//   xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OPS] [--shape NxCxHxW] [--csv FILE]
 //
 // --batch-norm times BatchNorm (training forward with ReLU or Add+ReLU and
 // their backward, from the ReLU mask or from y, and the inference forward) on
@@ -447,7 +447,8 @@ void bn_run_shape(xvk_context *ctx, const BnShape &s, const std::vector<std::str
   }
 }
 
-int bn_main(xvk_context *ctx, bool quick, int big_reps, const std::string &only, const char *csv_path) {
+int bn_main(xvk_context *ctx, bool quick, int big_reps, const std::string &only, const std::vector<BnShape> &chosen,
+            const char *csv_path) {
   if (g_reps < kBnMinReps || big_reps < kBnMinReps) {
     std::printf("note: BatchNorm cases run at least %d launches each; raising --reps/--big-reps to %d\n", kBnMinReps,
                 kBnMinReps);
@@ -462,7 +463,7 @@ int bn_main(xvk_context *ctx, bool quick, int big_reps, const std::string &only,
     std::fprintf(stderr, "--only %s names no BatchNorm op\n", only.c_str());
     return 2;
   }
-  std::vector<BnShape> shapes = quick ? std::vector<BnShape>(std::begin(kBnQuickShapes), std::end(kBnQuickShapes))
+  std::vector<BnShape> shapes = !chosen.empty() ? chosen : quick ? std::vector<BnShape>(std::begin(kBnQuickShapes), std::end(kBnQuickShapes))
                                       : std::vector<BnShape>(std::begin(kBnShapes), std::end(kBnShapes));
   print_bn_byte_model();
   if (big_reps != reps)
@@ -512,6 +513,7 @@ int main(int argc, char **argv) {
   bool quick = false, host_only = false, batch_norm = false;
   int big_reps = -1;
   std::string only;
+  std::vector<BnShape> bn_shapes;
   const char *csv_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -521,14 +523,25 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--big-reps") && i + 1 < argc) big_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
-    else {
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
+      BnShape b{};
+      long long n = 0, c = 0, h = 0, w = 0;
+      if (std::sscanf(argv[++i], "%lldx%lldx%lldx%lld", &n, &c, &h, &w) != 4 || n < 1 || c < 1 || h < 1 || w < 1) {
+        std::fprintf(stderr, "--shape wants NxCxHxW, got %s\n", argv[i]);
+        return 2;
+      }
+      b.n = n, b.c = c, b.h = h, b.w = w;
+      bn_shapes.push_back(b);
+    } else {
       std::fprintf(stderr,
                    "usage: xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only]\n"
-                   "       xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OP[,OP...]] [--csv FILE]\n"
+                   "       xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OP[,OP...]] [--shape NxCxHxW]...\n"
+                   "                [--csv FILE]\n"
                    "  --batch-norm  the BatchNorm cases instead of softmax and the norms (CSV: xvk-bn-bench.csv)\n"
                    "  --big-reps N  launches per case for shapes of >= 100M elements (default: --reps; at least 20)\n"
                    "  --only        BatchNorm ops to run, of bn_relu_fwd, bn_relu_bwd, bn_relu_bwd_y, bn_add_relu_fwd,\n"
-                   "                bn_add_relu_bwd, bn_relu_infer (the backward ones run their forward untimed first)\n");
+                   "                bn_add_relu_bwd, bn_relu_infer (the backward ones run their forward untimed first)\n"
+                   "  --shape       a BatchNorm shape to run instead of the list (repeatable; for profiling one case)\n");
       return 2;
     }
   }
@@ -550,7 +563,7 @@ int main(int argc, char **argv) {
   XVK_OK(xvk_context_create(XVK_BACKEND_CUDA, 0, &ctx));
   XVK_OK(xvk_context_set_stream(ctx, g_stream));
   if (batch_norm) {
-    const int rc = bn_main(ctx, quick, big_reps, only, csv_path);
+    const int rc = bn_main(ctx, quick, big_reps, only, bn_shapes, csv_path);
     XVK_OK(xvk_context_destroy(ctx));
     return rc;
   }
