@@ -10,11 +10,18 @@
 //      finalize kernel that merges each channel's partials in a fixed order
 //      (deterministic, no float atomics) and writes the per-channel outputs
 //      and coefficients;
-//   2. an elementwise pass over the flat tensor that applies them
-//      (y = (x - mean) * scale + beta (+ z), ReLU, mask; or dx, dz).
-// The reduction has one shape per memory order: channels-first runs lanes
-// along each (n, c) plane, channels-last runs lanes across channels (columns)
-// and threads down the rows. Inference only runs pass 2.
+//   2. an elementwise pass that applies them (y = (x - mean) * scale + beta
+//      (+ z), ReLU, mask; or dx, dz). Both memory orders are rows of
+//      columns here (channels-last: n * s rows of c; channels-first: n rows
+//      of c * s), a thread keeping its column vector's coefficients in
+//      registers; a flat kernel that finds each element's channel covers
+//      the rest (rows not a whole number of vectors).
+// The reduction has one shape per memory order: channels-first runs a group
+// of threads (up to the block) along each channel's (n, c) planes,
+// channels-last runs lanes across channels (columns) and threads down the
+// rows. Inference only runs pass 2. A training forward that fits in shared
+// memory may instead run as one cooperative kernel (forward_single_pass),
+// which reads x once.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
