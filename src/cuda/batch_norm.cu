@@ -1028,9 +1028,11 @@ Plan make_plan(int64_t n, int64_t c, int64_t s, bool channels_last, std::initial
   constexpr int vec = kMaxVec<T>;
   bool aligned = true;
   for (const void *q : ptrs) aligned = aligned && (!q || aligned_to(q, kVectorBytes));
-  // Pass 2 is flat: only the pointers matter. Pass 1 channels-first reads
-  // planes that are not whole vectors (7 x 7, 14 x 14 in fp16) as the aligned
-  // vectors that overlap them; channels-last needs rows of whole vectors.
+  // Pass 2's vector width depends on the pointers alone; its rows kernels
+  // also need rows of whole vectors, which forward_typed and backward_typed
+  // check where they choose them. Pass 1 channels-first reads planes that are
+  // not whole vectors (7 x 7, 14 x 14 in fp16) as the aligned vectors that
+  // overlap them; channels-last needs rows of whole vectors.
   p.apply_vec = aligned ? vec : 1;
   p.reduce_vec = !aligned ? 1 : !channels_last || c % vec == 0 ? vec : c % (vec / 2) == 0 ? vec / 2 : 1;
   return p;
