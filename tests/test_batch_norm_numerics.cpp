@@ -1013,6 +1013,105 @@ TEST_CASE("batch_norm: the tolerance rejects sum-of-squares variance (mean 1e4, 
 }
 
 // ===========================================================================
+// The tolerance rejects shifted sum-of-squares batches (an outlier first)
+//
+// The GPU takes statistics of x - shift (shift = the channel's first value)
+// in batches of a few values merged by Chan's rule. Within a batch it must
+// use two passes (mean, then squared deviations): q - s * mean, the sum of
+// squares minus the square of the sum, is exact enough while the shift is
+// near the data but not when the first value is an outlier. With it 1000
+// stds out, every other batch sits 1000 stds from the shift, and over 2^20
+// values per channel the variance drifts by about 5%. Both forms are run
+// here in fp32 on such data, as the GPU batches it, against the oracle: the
+// oracle's tolerance (the one the GPU suite inherits through the CPU
+// backend) must reject the first and accept the second; the CPU backend
+// passes too.
+// ===========================================================================
+
+namespace {
+
+// Mean and rstd of channel `ch` of (n, c, s)-ordered x as the GPU takes
+// them: batches of kBatch values in (n, s) order around the first value,
+// dealt round-robin to kThreads threads that each merge theirs in order
+// (Chan's rule), then the threads' states merged pairwise.
+struct Moments {
+  float count = 0, mean = 0, m2 = 0;
+  void merge(const Moments &b) {
+    if (b.count == 0) return;
+    const float total = count + b.count, delta = b.mean - mean, w = b.count / total;
+    mean += delta * w;
+    m2 += b.m2 + delta * delta * count * w;
+    count = total;
+  }
+};
+
+void batched_statistics(const std::vector<float> &x, int64_t n, int64_t c, int64_t s, int64_t ch, float eps,
+                        bool sum_of_squares, float &mean, float &rstd) {
+  constexpr int64_t kBatch = 16, kThreads = 1024;
+  const int64_t m = n * s;
+  auto at = [&](int64_t e) { return x[size_t(((e / s) * c + ch) * s + e % s)]; };
+  const float shift = at(0);
+  std::vector<Moments> threads(static_cast<size_t>(kThreads));
+  for (int64_t b0 = 0; b0 < m; b0 += kBatch) {
+    const int64_t b1 = std::min(m, b0 + kBatch);
+    Moments b;
+    b.count = float(b1 - b0);
+    float sum = 0, sq = 0;
+    for (int64_t e = b0; e < b1; ++e) {
+      const float d = at(e) - shift;
+      sum += d;
+      sq += d * d;
+    }
+    b.mean = sum / b.count;
+    if (sum_of_squares) {
+      b.m2 = std::max(sq - sum * b.mean, 0.0f);
+    } else {
+      for (int64_t e = b0; e < b1; ++e) b.m2 += (at(e) - shift - b.mean) * (at(e) - shift - b.mean);
+    }
+    threads[size_t((b0 / kBatch) % kThreads)].merge(b);
+  }
+  for (int64_t h = kThreads / 2; h > 0; h /= 2)
+    for (int64_t t = 0; t < h; ++t) threads[size_t(t)].merge(threads[size_t(t + h)]);
+  mean = shift + threads[0].mean;
+  rstd = 1.0f / std::sqrt(threads[0].m2 / float(m) + eps);
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm: the tolerance rejects shifted sum-of-squares batches (first value 1000 stds out)") {
+  Context ctx;
+  Rng rng(25001);
+  const Layout l({256, 2, 64, 64}, Order::cf_null);  // 2^20 values per channel
+  INFO(l.text());
+  FwdCase c;
+  c.layout = l;
+  c.gamma = c.beta = false;
+  c.data = kNormal;
+  c.momentum = 0.25f;
+  Inputs in = make_inputs(rng, l, DType::f32, kNormal, true);
+  // (n = 0, ch, 0) moves by 1000: 500 to 2000 of the channel's stds (0.5 to 2).
+  for (int64_t ch = 0; ch < l.c; ++ch) in.x[size_t(ch * l.s)] += 1000.0f;
+  const oracle::BatchNormForward e = oracle_forward(c, in);
+  const Tolerance tol = tolerance(DType::f32);
+  for (bool sum_of_squares : {false, true}) {
+    std::vector<float> mean(size_t(l.c)), rstd(size_t(l.c));
+    for (int64_t ch = 0; ch < l.c; ++ch)
+      batched_statistics(in.x, l.n, l.c, l.s, ch, c.epsilon, sum_of_squares, mean[size_t(ch)], rstd[size_t(ch)]);
+    const Comparison cs = compare("rstd", rstd, e.rstd.ref, {}, tol);
+    if (sum_of_squares) {
+      CHECK_MESSAGE(!cs.ok, "shifted sum-of-squares batches passed: " << cs.message());
+    } else {
+      CHECK_CLOSE(cs);
+      CHECK_CLOSE(compare("mean", mean, e.mean.ref, e.mean.scale, tol));
+    }
+  }
+  const FwdResult got = run_forward(ctx, c, in);
+  CHECK_CLOSE(compare("backend saved_rstd", got.saved_rstd, e.rstd.ref, {}, tol));
+  CHECK_CLOSE(compare("backend saved_mean", got.saved_mean, e.mean.ref, e.mean.scale, tol));
+  CHECK_CLOSE(compare("backend y", got.y, e.y.ref, e.y.scale, tol));
+}
+
+// ===========================================================================
 // Backward against central finite differences of the forward
 //
 // The loss is sum(dy * y) with y the oracle's training forward in double

@@ -455,55 +455,45 @@ struct StatsSource : Welford {
   const T *x;
   int64_t shift_stride;  // the channel's first element is x[ch * shift_stride]
   static constexpr int kBatch = VEC == 1 ? 8 : 4;  // items per batch: 4 x 16 bytes in flight per thread
-  static constexpr int kLastMinBlocks = 3;          // blocks per SM of reduce_channels_last: no spills
+  // Blocks per SM of the reductions: 16-bit batches, unpacked for the two
+  // passes over them, spilled under 64 registers.
+  static constexpr int kFirstMinBlocks = sizeof(T) == 2 ? 3 : 4, kLastMinBlocks = 3;
   struct Item {
     Pack<T, VEC> v;
   };
   __device__ float context(int64_t ch) const { return channel_shift(x, ch, shift_stride); }
   __device__ Item load(int64_t e) const { return {load_pack<T, VEC>(x, e)}; }
   __device__ Item load_tail(int64_t e, int64_t numel) const { return {load_pack_tail<T, VEC>(x, e, numel)}; }
-  // The batch's count, mean and m2 from its sum and sum of squares of
-  // x - shift (shifted data: values of the order of the channel's spread, so
-  // q - s * mean loses no more than a few ulps of m2), then one merge: one
-  // division per batch and four instructions per element. Element j of item
-  // u counts when bit j of use[u] is set; the others may never have been
-  // loaded and are selected away (garbage * 0 may be NaN). One partial sum
-  // per item, added pairwise at the end: short dependency chains.
-  template <bool kChecked, int U>
-  __device__ static void sums(const Item (&it)[U], const uint32_t (&use)[U], float shift, float (&s)[U],
-                              float (&q)[U]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float v[VEC];
-      unpack(it[u].v, v);
-      s[u] = q[u] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        float d = v[j] - shift;
-        if (kChecked) d = (use[u] >> j) & 1u ? d : 0.0f;
-        s[u] += d;
-        q[u] = fmaf(d, d, q[u]);
-      }
-    }
-  }
+  // The batch's own count, mean and m2 (two passes over registers: the
+  // mean, then the squares of the deviations from it; DESIGN.md rules out
+  // sum of squares minus square of sum, which a channel whose first element
+  // is an outlier turns into noise), then one merge: one division per batch.
+  // Element j of item u counts when bit j of use[u] is set; the others may
+  // never have been loaded and are selected away (garbage * 0 may be NaN).
+  // One partial sum per item, added pairwise at the end: short chains.
   template <int U>
   __device__ void add_items(float (&a)[K], const Item (&it)[U], const uint32_t (&use)[U], float shift) const {
-    constexpr uint32_t kAll = (1u << VEC) - 1u;
+    float part[U];
     int count = 0;
-    bool all = true;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       count += __popc(use[u]);
-      all &= use[u] == kAll;
+      part[u] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) part[u] += (use[u] >> j) & 1u ? element(it[u].v, j) - shift : 0.0f;
     }
     if (count == 0) return;
-    float s[U], q[U];
-    if (all)
-      sums<false>(it, use, shift, s, q);
-    else
-      sums<true>(it, use, shift, s, q);
-    const float sum = sum_of(s), mean = sum / float(count);
-    const float b[K] = {float(count), mean, fmaxf(sum_of(q) - sum * mean, 0.0f)};
+    const float mean = sum_of(part) / float(count);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      part[u] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = element(it[u].v, j) - shift - mean;
+        part[u] += (use[u] >> j) & 1u ? d * d : 0.0f;
+      }
+    }
+    const float b[K] = {float(count), mean, sum_of(part)};
     merge(a, b);
   }
   template <int U>
@@ -511,15 +501,16 @@ struct StatsSource : Welford {
     const float count = float(valid), inv = 1.0f / count;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      float sum = 0.0f, sq = 0.0f;
+      float sum = 0.0f, m2 = 0.0f;
+#pragma unroll
+      for (int u = 0; u < U; ++u) sum += u < valid ? element(it[u].v, j) - shift[j] : 0.0f;
+      const float mean = sum * inv;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const float d = u < valid ? element(it[u].v, j) - shift[j] : 0.0f;
-        sum += d;
-        sq = fmaf(d, d, sq);
+        const float d = element(it[u].v, j) - shift[j] - mean;
+        m2 += u < valid ? d * d : 0.0f;
       }
-      const float mean = sum * inv;
-      const float b[K] = {count, mean, fmaxf(sq - sum * mean, 0.0f)};
+      const float b[K] = {count, mean, m2};
       merge(a[j], b);
     }
   }
@@ -545,8 +536,8 @@ struct GradSource : Sums {
   // Items per batch: 16-bit items (two 16-byte loads each) two at a time, so
   // a thread's unpacked batch fits the registers of 3 blocks per SM.
   static constexpr int kBatch = VEC == 1 ? 8 : sizeof(T) == 2 ? 2 : 4;
-  // Blocks per SM of reduce_channels_last: 16-bit spilled with 3.
-  static constexpr int kLastMinBlocks = sizeof(T) == 2 ? 2 : 3;
+  // Blocks per SM of the reductions: channels-last 16-bit spilled with 3.
+  static constexpr int kFirstMinBlocks = 4, kLastMinBlocks = sizeof(T) == 2 ? 2 : 3;
   struct Item {
     Pack<T, VEC> g, x;
     uint32_t gate;  // bit j: element j's gradient passes the ReLU
@@ -684,14 +675,14 @@ __device__ void group_merge(float (&a)[Op::K], int group) {
     for (int w = warp_id() + 1; w < warp_id() + group / kWarpSize; ++w) Op::merge(a, warp_part[w]);
 }
 
-// Resident blocks per SM the reductions are compiled for: more warps keep
-// more loads in flight. Channels-first: 4 (a cap of 64 registers; with 3 the
-// compiler took up to 76 and the fp32 backward reduction of 256x256x56x56 on
-// the H100 ran at 82% of DRAM bandwidth against 92% with 60), the ragged
-// variant 3 (it spilled under 64). Channels-last threads hold VEC channels'
-// states: Src::kLastMinBlocks.
-template <bool RAGGED>
-inline constexpr int kReduceFirstMinBlocks = RAGGED ? 3 : 4;
+// Resident blocks per SM the reductions are compiled for (more warps keep
+// more loads in flight), as many as fit without spilling: per source and
+// kernel, Src::kFirstMinBlocks and Src::kLastMinBlocks. A cap of 64
+// registers (4 blocks) matters: with 3 the compiler took up to 76 and the
+// fp32 backward reduction of 256x256x56x56 on the H100 ran at 82% of DRAM
+// bandwidth against 92% with 60. The ragged channels-first variant takes 3.
+template <class Src, bool RAGGED>
+inline constexpr int kReduceFirstMinBlocks = RAGGED ? 3 : Src::kFirstMinBlocks;
 
 // Channels-first reduction: a group of `group` threads (a power of two up to
 // the block; kThreads / group channels per block, so that small channels do
@@ -702,7 +693,7 @@ inline constexpr int kReduceFirstMinBlocks = RAGGED ? 3 : 4;
 // aligned vectors that overlap the plane, their other elements unused, so the
 // loads stay 16 bytes wide (the sectors they touch are the plane's anyway).
 template <class Src, int VEC, bool RAGGED>
-__global__ void __launch_bounds__(kThreads, kReduceFirstMinBlocks<RAGGED>)
+__global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>))  // () for macro forms
     reduce_channels_first(Shape sh, Src src, int parts, FastDivider div_parts, int slots, FastDivider div_slots,
                           int group, float *partials) {
   using Op = Src;
@@ -909,22 +900,17 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     float a[K];
     Welford::identity(a);
     if (warp < groups * per_plane && pl < own) {
+      // Each vector's own mean and m2 (two passes), merged into the lane's state.
       const float shift = channel_shift(x, (p0 + pl) % sh.c, sh.s);
-      float sum = 0.0f, sq = 0.0f;
-      int count = 0;
       for (int v = (warp % per_plane) * kWarpSize + lane; v < vectors; v += per_plane * kWarpSize) {
-        const Pack<T, VEC> pack = tile[pl * vectors + v];
+        float d[VEC], sum = 0.0f, m2 = 0.0f;
+        unpack(tile[pl * vectors + v], d);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          const float d = element(pack, j) - shift;
-          sum += d;
-          sq = fmaf(d, d, sq);
-        }
-        count += VEC;
-      }
-      if (count > 0) {
-        const float mean = sum / float(count);
-        const float b[K] = {float(count), mean, fmaxf(sq - sum * mean, 0.0f)};
+        for (int j = 0; j < VEC; ++j) sum += d[j] -= shift;
+        const float mean = sum / float(VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) m2 += (d[j] - mean) * (d[j] - mean);
+        const float b[K] = {float(VEC), mean, m2};
         Welford::merge(a, b);
       }
     }

@@ -30,6 +30,8 @@
 //     mask, gamma, beta, running or saved statistics, dgamma/dbeta).
 //   - large offsets: per-channel means near 1e4 with std 1e-2 in float32
 //     (near 100 with std 1 in float16/bfloat16).
+//   - an outlier: each channel's first element (the center of its
+//     statistics) 1000 stds from the rest, 2^20 values per channel
 //   - NaN: a NaN in one channel of x makes that channel's training outputs
 //     NaN (y, statistics, dx, dgamma) and leaves the other channels finite.
 //   - in-place: y = x and y = z in the forwards, dx = x and dz = dy in the
@@ -574,6 +576,7 @@ struct Case {
   Features f;
   double mean = 0, sd = 1;  // channel means: N(0, 1) if mean is 0, else mean * (1 + 0.01 N(0, 1)); stds sd * U(0.5, 2)
   bool nan = false;         // a NaN in channel c / 2
+  bool outlier = false;     // each channel's first element (n = 0, s = 0) moved 1000 of its stds up
   bool determinism = true;
   float epsilon = 1e-5f, momentum = 0.1f;
 };
@@ -614,6 +617,7 @@ std::string describe(const Case &k, const Geometry &g) {
   if (f.misalign == 2) s += std::string(" misaligned(") + f.one + ")";
   if (k.mean != 0) s += " mean " + std::to_string(k.mean) + " std " + std::to_string(k.sd);
   if (k.nan) s += " NaN in channel " + std::to_string(k.c / 2);
+  if (k.outlier) s += " first element 1000 stds out";
   char tail[64];
   std::snprintf(tail, sizeof tail, " eps %g momentum %g", double(k.epsilon), double(k.momentum));
   return s + tail;
@@ -660,6 +664,11 @@ void run_case(const Case &k) {
   Data d = make_data(g, t, k.mean, k.sd);
   const int64_t nan_channel = k.nan ? C / 2 : -1;
   if (k.nan) d.x[size_t(g.position(0, nan_channel, g.s / 2))] = NAN;
+  if (k.outlier)
+    for (int64_t ch = 0; ch < C; ++ch) {
+      float &first = d.x[size_t(g.position(0, ch, 0))];
+      first = round_to(t, float(double(first) + 1000.0 * d.sd[size_t(ch)]));
+    }
   const std::vector<float> &x = d.x;
   const std::vector<float> z = f.z ? g_rng.normal(size_t(numel), 0.0, 1.0, t) : std::vector<float>{};
   const std::vector<float> dy = g_rng.normal(size_t(numel), 0.0, 1.0, t);
@@ -959,6 +968,21 @@ TEST_CASE("batch_norm: large offsets (channel means near 1e4, std 1e-2, in float
       cases.push_back(k);
     }
   for (const Case &k : cases) run_case(k);
+}
+
+TEST_CASE("batch_norm: a channel's first element 1000 stds from the rest, 2^20 values per channel") {
+  // The statistics are taken around each channel's first element; batches
+  // must use two passes, not sum of squares minus square of sum, or the
+  // variance drifts by percents here (test_batch_norm_numerics.cpp shows the
+  // tolerance rejecting that form on this data).
+  int i = 0;
+  for (DType t : {DType::f32, DType::f16})
+    for (Mem mem : {Mem::first, Mem::last}) {
+      if (kQuick && i > 0) break;
+      Case k = make_case(t, 256, 2, {64, 64}, mem, i++ % 2 == 0 ? 1 : 4);
+      k.outlier = true;
+      run_case(k);
+    }
 }
 
 TEST_CASE("batch_norm: a NaN in one channel makes that channel NaN and no other") {
