@@ -422,6 +422,7 @@ struct Welford {
     a[2] += b[2] + d * d * a[0] * w;
     a[0] = n;
   }
+  __device__ static void settle(float (&)[K]) {}
 };
 
 // Pairwise sum of a batch's partial sums.
@@ -516,25 +517,32 @@ struct StatsSource : Welford {
   }
 };
 
-// Backward sums {sum g, sum g * (x - mean)}.
-// The backward's two sums (of g, and of g * (x - mean)), each carried with
-// the rounding error of its additions: a thread adds about a thousand batch
-// sums into its running sums, and 2^27 values per channel (the test beyond
-// 2^31 elements) drifted 1.4e-4 relative with plain float sums, whose errors
-// grow with the count. two_sum gives each addition's error exactly (six
-// adds, no branch); a[2], a[3] collect them.
+// The backward's two sums (of g, and of g * (x - mean)). A thread adds about
+// a thousand batch sums, and plain float running sums drifted 1.4e-4
+// relative on 2^27 values per channel (the test beyond 2^31 elements): their
+// rounding grows with the count. So each sum is two floats: a[k], settled,
+// and a[k + 2], the batches added since plus a[k]'s rounding error. A batch
+// costs one add; every kSettleBatches the kernels call settle(), which moves
+// the recent part into a[k] and keeps the exact error of that addition
+// (two_sum: six adds, no branch). Merges are exact the same way.
 struct Sums {
   static constexpr int K = 4;
   __device__ static void identity(float (&a)[K]) { a[0] = a[1] = a[2] = a[3] = 0.0f; }
-  __device__ static void add(float (&a)[K], int k, float b, float b_err) {
+  // a[k] += b exactly: the rounding error goes to a[k + 2] (with b_rest).
+  __device__ static void add_exact(float (&a)[K], int k, float b, float b_rest) {
     const float s = a[k] + b, b_part = s - a[k];
     const float err = (a[k] - (s - b_part)) + (b - b_part);
     a[k] = s;
-    a[k + 2] += err + b_err;
+    a[k + 2] = err + b_rest;
+  }
+  __device__ static void add(float (&a)[K], int k, float b) { a[k + 2] += b; }
+  __device__ static void settle(float (&a)[K]) {
+    add_exact(a, 0, a[2], 0.0f);
+    add_exact(a, 1, a[3], 0.0f);
   }
   __device__ static void merge(float (&a)[K], const float (&b)[K]) {
-    add(a, 0, b[0], b[2]);
-    add(a, 1, b[1], b[3]);
+    add_exact(a, 0, b[0], a[2] + b[2]);
+    add_exact(a, 1, b[1], a[3] + b[3]);
   }
   __device__ static float total(const float (&a)[K], int k) { return a[k] + a[k + 2]; }
 };
@@ -548,8 +556,8 @@ struct GradSource : Sums {
   int relu;
   // Items per batch: 16-bit items (two 16-byte loads each) two at a time, so
   // a thread's unpacked batch fits the registers of 3 blocks per SM; fp32
-  // vectors three at a time (four spilled 24 bytes under 64 registers once
-  // the sums carried their errors; six 16-byte loads per thread still keep
+  // vectors three at a time (four spill 24 bytes under 64 registers since
+  // the sums are two floats each; six 16-byte loads per thread still keep
   // ~100 KB in flight per SM).
   static constexpr int kBatch = VEC == 1 ? 8 : sizeof(T) == 2 ? 2 : 3;
   // Blocks per SM of the reductions: channels-last 16-bit spilled with 3.
@@ -601,8 +609,8 @@ struct GradSource : Sums {
       sums<false>(it, use, m, s0, s1);
     else
       sums<true>(it, use, m, s0, s1);
-    add(a, 0, sum_of(s0), 0.0f);
-    add(a, 1, sum_of(s1), 0.0f);
+    add(a, 0, sum_of(s0));
+    add(a, 1, sum_of(s1));
   }
   template <int U>
   __device__ void add_rows(float (&a)[VEC][K], const Item (&it)[U], int valid, const float (&m)[VEC]) const {
@@ -617,8 +625,8 @@ struct GradSource : Sums {
         s0 += gj;
         s1 = fmaf(gj, dx, s1);
       }
-      add(a[j], 0, s0, 0.0f);
-      add(a[j], 1, s1, 0.0f);
+      add(a[j], 0, s0);
+      add(a[j], 1, s1);
     }
   }
 };
@@ -691,6 +699,10 @@ __device__ void group_merge(float (&a)[Op::K], int group) {
     for (int w = warp_id() + 1; w < warp_id() + group / kWarpSize; ++w) Op::merge(a, warp_part[w]);
 }
 
+// Batches a reduction thread adds between two settle() calls of its state
+// (Sums: a[k + 2] holds at most this many batch sums).
+constexpr int kSettleBatches = 16;
+
 // Resident blocks per SM the reductions are compiled for (more warps keep
 // more loads in flight), as many as fit without spilling: per source and
 // kernel, Src::kFirstMinBlocks and Src::kLastMinBlocks. A cap of 64
@@ -723,7 +735,9 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
   const float context = ch < sh.c ? src.context(ch) : 0.0f;
   float a[Op::K];
   Op::identity(a);
+  int batches = 0;
   for (int64_t i0 = begin + t; i0 < end; i0 += int64_t(U) * group) {
+    if (++batches % kSettleBatches == 0) Op::settle(a);
     typename Src::Item it[U];
     uint32_t use[U];
 #pragma unroll
@@ -776,7 +790,11 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
     float context[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j) context[j] = src.context(col0 + j);  // c % VEC == 0 when VEC > 1
+    int batches = 0;
     for (int64_t r0 = r_begin + ty; r0 < r_end; r0 += int64_t(U) * rows_step) {
+      if (++batches % kSettleBatches == 0)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) Op::settle(a[j]);
       typename Src::Item it[U];
       int valid = 0;
 #pragma unroll
