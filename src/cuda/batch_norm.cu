@@ -150,11 +150,6 @@ struct alignas(16) Coef {
   float center, a, b, c;
 };
 
-// Vectors per thread per step of pass 2, loaded before any is used; they stay
-// packed (16-bit types: half the registers) until used. 4 was no faster on
-// the H100 (channels-last fp16 forward of 256x256x56x56: 332 us against 309
-// us with 1), so the kernels keep the shape but take one.
-constexpr int kApplyBatch = 1;
 // Resident blocks per SM the pass-2 kernels are compiled for: a cap of 128
 // registers (left alone, nvcc took up to 153 for the 16-bit kernels, one
 // block per SM; a cap of 80 or 64 spilled 300-900 bytes).
@@ -175,64 +170,76 @@ __device__ __forceinline__ Pack<T, VEC> load_pack_tail(const T *p, int64_t e, in
   return k;
 }
 
-// The flat kernels walk warp chunks of kApplyBatch * warp-width vectors:
-// item u of a lane is vector chunk + u * warp width + lane, so each u is one
-// warp-contiguous run (coalesced, and the lanes of a mask word together).
+// One vector of the forward: y = relu?((x - center) * a + b (+ z)), rounded
+// to T, and its mask bits (bit j: stored y[j] > 0, for j < valid). coef_of(j)
+// gives element j's coefficients and is called for j = 0, 1, ... in order.
+template <class T, int VEC, class CoefOf>
+__device__ __forceinline__ uint32_t forward_vector(const float (&xf)[VEC], const float (&zf)[VEC], bool has_z,
+                                                   int do_relu, int valid, CoefOf coef_of, float (&out)[VEC]) {
+  uint32_t bits = 0;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const Coef k = coef_of(j);
+    float val = (xf[j] - k.center) * k.a + k.b;
+    if (has_z) val += zf[j];
+    if (do_relu) val = relu(val);
+    out[j] = to_float(from_float<T>(val));
+    if (out[j] > 0.0f && j < valid) bits |= 1u << j;
+  }
+  return bits;
+}
+
+// A mask word covers kWordBits consecutive elements, held VEC at a time by
+// kWordBits / VEC consecutive lanes; `slot` is this lane's place among them.
+// They OR their bits and the first writes the word at element e (if
+// `write`). Every lane of the word must call this, with or without data.
+template <int VEC>
+__device__ __forceinline__ void store_mask_word(uint32_t *mask, int64_t e, uint32_t bits, int slot, bool write) {
+  constexpr int kLanesPerWord = kWordBits / VEC;
+  static_assert(kLanesPerWord <= kMinWarpSize, "a mask word's lanes are in one warp");
+  bits <<= slot * VEC;
+#pragma unroll
+  for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
+  if (slot == 0 && write) mask[e / kWordBits] = bits;
+}
+
+// The flat kernels walk the tensor a warp-width of vectors at a time, one per
+// lane (vector c0 + lane: coalesced, and a mask word's lanes together). The
+// loop runs per warp, so all of a word's lanes reach store_mask_word.
+// (Several vectors per lane loaded ahead were no faster on the H100:
+// channels-last fp16 forward of 256x256x56x56, 332 us with 4 against 309.)
 // UNIFORM: every vector lies in one channel (channels-first with s % VEC ==
 // 0, or VEC == 1), so no per-element channel stepping.
 
 // y = relu?((x - mean) * scale + beta (+ z)), and the mask bits of y > 0.
-// Lane groups of 32 / VEC lanes own one mask word; the loop runs per warp so
-// every lane of a group is present for the OR of their bits.
 template <class T, int VEC, bool UNIFORM>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply(Shape sh, const T *x, const T *z, T *y, uint32_t *mask,
                                                           const Coef *coef, int do_relu) {
-  constexpr int kLanesPerWord = kWordBits / VEC, U = kApplyBatch;
-  static_assert(kLanesPerWord <= kMinWarpSize, "a mask word's lanes are in one warp");
   const int lane = lane_id();
   const int64_t vectors = (sh.numel + VEC - 1) / VEC;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x * U;
-  for (int64_t c0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x - lane) * U; c0 < vectors; c0 += stride) {
-    Pack<T, VEC> xs[U], zs[U];
-    Coef k[U];
-    int ch[U];
-    int64_t r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t v = c0 + u * kWarpSize + lane;
-      if (v < vectors) {
-        xs[u] = load_pack_tail<T, VEC>(x, v * VEC, sh.numel);
-        if (z) zs[u] = load_pack_tail<T, VEC>(z, v * VEC, sh.numel);
-        channel_at(sh, v * VEC, ch[u], r[u]);
-        k[u] = coef[ch[u]];
-      }
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t c0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x - lane; c0 < vectors; c0 += stride) {
+    const int64_t v = c0 + lane, e = v * VEC;
+    uint32_t bits = 0;
+    if (v < vectors) {
+      const Pack<T, VEC> xs = load_pack_tail<T, VEC>(x, e, sh.numel);
+      Pack<T, VEC> zs;
+      if (z) zs = load_pack_tail<T, VEC>(z, e, sh.numel);
+      int ch;
+      int64_t r;
+      channel_at(sh, e, ch, r);
+      Coef k = coef[ch];
+      float xf[VEC], zf[VEC], out[VEC];
+      unpack(xs, xf);
+      if (z) unpack(zs, zf);
+      const int valid = sh.numel - e < VEC ? int(sh.numel - e) : VEC;  // a tail vector's padding: no mask bits
+      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, valid, [&](int j) {
+        if (!UNIFORM && j > 0 && step_channel(sh, ch, r)) k = coef[ch];
+        return k;
+      }, out);
+      store_tail<T, VEC>(y, e, sh.numel, out);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t v = c0 + u * kWarpSize + lane, e = v * VEC;
-      uint32_t bits = 0;
-      if (v < vectors) {
-        float xf[VEC], zf[VEC], out[VEC];
-        unpack(xs[u], xf);
-        if (z) unpack(zs[u], zf);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          if (!UNIFORM && j > 0 && step_channel(sh, ch[u], r[u])) k[u] = coef[ch[u]];
-          float val = (xf[j] - k[u].center) * k[u].a + k[u].b;
-          if (z) val += zf[j];
-          if (do_relu) val = relu(val);
-          out[j] = to_float(from_float<T>(val));
-          if (out[j] > 0.0f && e + j < sh.numel) bits |= 1u << j;  // a tail vector's padding stays 0
-        }
-        store_tail<T, VEC>(y, e, sh.numel, out);
-      }
-      if (mask) {
-        bits <<= (lane % kLanesPerWord) * VEC;
-#pragma unroll
-        for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
-        if (lane % kLanesPerWord == 0 && v < vectors) mask[e / kWordBits] = bits;
-      }
-    }
+    if (mask) store_mask_word<VEC>(mask, e, bits, lane % (kWordBits / VEC), v < vectors);
   }
 }
 
@@ -249,49 +256,33 @@ __device__ __forceinline__ uint32_t gate_bits(const T *y, const uint32_t *mask, 
   return bits;
 }
 
-// dx = a * g + b * (x - mean) + c, dz = g, with g = dy gated by ReLU. Same
-// walk as forward_apply.
+// dx = a * g + b * (x - mean) + c, dz = g, with g = dy gated by ReLU. One
+// vector per thread, grid-stride (no mask word to assemble, so no warp walk).
 template <class T, int VEC, bool UNIFORM>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shape sh, const T *dy, const T *x, const T *y,
                                                            const uint32_t *mask, T *dx, T *dz, const Coef *coef,
                                                            int do_relu) {
-  constexpr int U = kApplyBatch;
-  const int lane = lane_id();
   const int64_t vectors = (sh.numel + VEC - 1) / VEC;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x * U;
-  for (int64_t c0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x - lane) * U; c0 < vectors; c0 += stride) {
-    Pack<T, VEC> dys[U], xs[U];
-    uint32_t bits[U];
-    Coef k[U];
-    int ch[U];
-    int64_t r[U];
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
+    const int64_t e = v * VEC;
+    const Pack<T, VEC> dys = load_pack_tail<T, VEC>(dy, e, sh.numel), xs = load_pack_tail<T, VEC>(x, e, sh.numel);
+    const uint32_t bits = do_relu ? gate_bits<T, VEC>(y, mask, e, sh.numel) : kGateOpen;
+    int ch;
+    int64_t r;
+    channel_at(sh, e, ch, r);
+    Coef k = coef[ch];
+    float g[VEC], xf[VEC], out[VEC];
+    unpack(dys, g);
+    unpack(xs, xf);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t v = c0 + u * kWarpSize + lane;
-      if (v < vectors) {
-        dys[u] = load_pack_tail<T, VEC>(dy, v * VEC, sh.numel);
-        xs[u] = load_pack_tail<T, VEC>(x, v * VEC, sh.numel);
-        bits[u] = do_relu ? gate_bits<T, VEC>(y, mask, v * VEC, sh.numel) : kGateOpen;
-        channel_at(sh, v * VEC, ch[u], r[u]);
-        k[u] = coef[ch[u]];
-      }
+    for (int j = 0; j < VEC; ++j) {
+      if (!UNIFORM && j > 0 && step_channel(sh, ch, r)) k = coef[ch];
+      g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
+      out[j] = k.a * g[j] + k.b * (xf[j] - k.center) + k.c;
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t v = c0 + u * kWarpSize + lane, e = v * VEC;
-      if (v >= vectors) continue;
-      float g[VEC], xf[VEC], out[VEC];
-      unpack(dys[u], g);
-      unpack(xs[u], xf);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        if (!UNIFORM && j > 0 && step_channel(sh, ch[u], r[u])) k[u] = coef[ch[u]];
-        g[j] = (bits[u] >> j) & 1u ? g[j] : 0.0f;
-        out[j] = k[u].a * g[j] + k[u].b * (xf[j] - k[u].center) + k[u].c;
-      }
-      if (dz) store_tail<T, VEC>(dz, e, sh.numel, g);
-      store_tail<T, VEC>(dx, e, sh.numel, out);
-    }
+    if (dz) store_tail<T, VEC>(dz, e, sh.numel, g);
+    store_tail<T, VEC>(dx, e, sh.numel, out);
   }
 }
 
@@ -299,16 +290,15 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 // vector (and of 32 when a mask is written): a thread owns one column vector,
 // keeps its VEC elements' coefficients in registers (channels-last: VEC
 // channels; channels-first: the one or two channels the vector touches) and
-// walks down the rows, kApplyBatch rows at a time, instead of finding and
-// loading a coefficient per element. tx lanes across column vectors, ty down
-// rows; grid (column tiles, row blocks). The lanes of one mask word (32
-// columns of a row) are consecutive tx of one ty, and every lane runs the
-// same row loop, so all are present for the OR.
+// walks down the rows, instead of finding and loading a coefficient per
+// element. tx lanes across column vectors, ty down rows; grid (column tiles,
+// row blocks). The lanes of one mask word (32 columns of a row) are
+// consecutive tx of one ty, and every lane runs the same row loop, so all
+// reach store_mask_word.
 template <class T, int VEC>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const Coef *coef, int do_relu,
                                                                int tile) {
-  constexpr int kLanesPerWord = kWordBits / VEC, U = kApplyBatch;
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   const bool active = col0 < sh.row_len;
@@ -316,41 +306,20 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
 #pragma unroll
   for (int j = 0; j < VEC; ++j) k[j] = active ? coef[column_channel(sh, col0 + j)] : Coef{};
   const int64_t rows = sh.rows;
-  for (int64_t r0 = int64_t(blockIdx.y) * rows_step * U + ty; r0 < rows; r0 += int64_t(gridDim.y) * rows_step * U) {
-    Pack<T, VEC> xs[U], zs[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t r = r0 + int64_t(u) * rows_step;
-      if (active && r < rows) {
-        xs[u] = load_pack<T, VEC>(x, r * sh.row_len + col0);
-        if (z) zs[u] = load_pack<T, VEC>(z, r * sh.row_len + col0);
-      }
+  for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
+    const int64_t e = r * sh.row_len + col0;
+    uint32_t bits = 0;
+    if (active) {
+      const Pack<T, VEC> xs = load_pack<T, VEC>(x, e);
+      Pack<T, VEC> zs;
+      if (z) zs = load_pack<T, VEC>(z, e);
+      float xf[VEC], zf[VEC], out[VEC];
+      unpack(xs, xf);
+      if (z) unpack(zs, zf);
+      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int j) { return k[j]; }, out);
+      store_vec<T, VEC>(y + e, out);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t r = r0 + int64_t(u) * rows_step, e = r * sh.row_len + col0;
-      uint32_t bits = 0;
-      if (active && r < rows) {
-        float xf[VEC], zf[VEC], out[VEC];
-        unpack(xs[u], xf);
-        if (z) unpack(zs[u], zf);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          float val = (xf[j] - k[j].center) * k[j].a + k[j].b;
-          if (z) val += zf[j];
-          if (do_relu) val = relu(val);
-          out[j] = to_float(from_float<T>(val));
-          if (out[j] > 0.0f) bits |= 1u << j;
-        }
-        store_vec<T, VEC>(y + e, out);
-      }
-      if (mask) {
-        bits <<= (tx % kLanesPerWord) * VEC;
-#pragma unroll
-        for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
-        if (tx % kLanesPerWord == 0 && active && r < rows) mask[e / kWordBits] = bits;
-      }
-    }
+    if (mask) store_mask_word<VEC>(mask, e, bits, tx % (kWordBits / VEC), active);
   }
 }
 
@@ -358,7 +327,6 @@ template <class T, int VEC>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y,
                                                                 const uint32_t *mask, T *dx, T *dz,
                                                                 const Coef *coef, int do_relu, int tile) {
-  constexpr int U = kApplyBatch;
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   if (col0 >= sh.row_len) return;
@@ -366,33 +334,20 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply_rows
 #pragma unroll
   for (int j = 0; j < VEC; ++j) k[j] = coef[column_channel(sh, col0 + j)];
   const int64_t rows = sh.rows;
-  for (int64_t r0 = int64_t(blockIdx.y) * rows_step * U + ty; r0 < rows; r0 += int64_t(gridDim.y) * rows_step * U) {
-    Pack<T, VEC> dys[U], xs[U];
-    uint32_t bits[U];
+  for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
+    const int64_t e = r * sh.row_len + col0;
+    const Pack<T, VEC> dys = load_pack<T, VEC>(dy, e), xs = load_pack<T, VEC>(x, e);
+    const uint32_t bits = do_relu ? gate_bits<T, VEC>(y, mask, e, sh.numel) : kGateOpen;
+    float g[VEC], xf[VEC], out[VEC];
+    unpack(dys, g);
+    unpack(xs, xf);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t r = r0 + int64_t(u) * rows_step, e = r * sh.row_len + col0;
-      if (r < rows) {
-        dys[u] = load_pack<T, VEC>(dy, e);
-        xs[u] = load_pack<T, VEC>(x, e);
-        bits[u] = do_relu ? gate_bits<T, VEC>(y, mask, e, sh.numel) : kGateOpen;
-      }
+    for (int j = 0; j < VEC; ++j) {
+      g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
+      out[j] = k[j].a * g[j] + k[j].b * (xf[j] - k[j].center) + k[j].c;
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t r = r0 + int64_t(u) * rows_step, e = r * sh.row_len + col0;
-      if (r >= rows) continue;
-      float g[VEC], xf[VEC], out[VEC];
-      unpack(dys[u], g);
-      unpack(xs[u], xf);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        g[j] = (bits[u] >> j) & 1u ? g[j] : 0.0f;
-        out[j] = k[j].a * g[j] + k[j].b * (xf[j] - k[j].center) + k[j].c;
-      }
-      if (dz) store_vec<T, VEC>(dz + e, g);
-      store_vec<T, VEC>(dx + e, out);
-    }
+    if (dz) store_vec<T, VEC>(dz + e, g);
+    store_vec<T, VEC>(dx + e, out);
   }
 }
 
@@ -677,6 +632,19 @@ struct GradFinish {
   }
 };
 
+// Butterfly merge over each aligned run of `width` lanes (a power of two up
+// to the warp): every lane ends with the run's merged state, merged in the
+// same order on every run (deterministic).
+template <class Op>
+__device__ __forceinline__ void warp_merge(float (&a)[Op::K], int width) {
+  for (int o = width / 2; o > 0; o /= 2) {
+    float b[Op::K];
+#pragma unroll
+    for (int k = 0; k < Op::K; ++k) b[k] = shfl_xor(a[k], o, width);
+    Op::merge(a, b);
+  }
+}
+
 // Merge of the states of each aligned group of `group` threads (a power of
 // two, the same for the whole block; one channel per group) into the group's
 // first thread, in a fixed order: a butterfly inside each warp, then the
@@ -684,12 +652,7 @@ struct GradFinish {
 template <class Op>
 __device__ void group_merge(float (&a)[Op::K], int group) {
   __shared__ float warp_part[kMaxWarpsPerBlock][Op::K];
-  for (int o = min(group, kWarpSize) / 2; o > 0; o /= 2) {
-    float b[Op::K];
-#pragma unroll
-    for (int k = 0; k < Op::K; ++k) b[k] = shfl_xor(a[k], o, kWarpSize);
-    Op::merge(a, b);
-  }
+  warp_merge<Op>(a, min(group, kWarpSize));
   if (group <= kWarpSize) return;  // the same for every thread of the block
   if (lane_id() == 0)
 #pragma unroll
@@ -850,12 +813,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < Op::K; ++k) b[k] = partials[(int64_t(part) * c + ch) * Op::K + k];
       Op::merge(a, b);
     }
-  for (int o = tpc / 2; o > 0; o /= 2) {
-    float b[Op::K];
-#pragma unroll
-    for (int k = 0; k < Op::K; ++k) b[k] = shfl_xor(a[k], o, tpc);
-    Op::merge(a, b);
-  }
+  warp_merge<Op>(a, tpc);
   if (sub == 0 && ch < c) finish(ch, a);
 }
 
@@ -900,7 +858,7 @@ template <class T, int VEC>
 __global__ void __launch_bounds__(kSinglePassThreads)
     forward_single_pass(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish<T> stats,
                         float *plane_stats, unsigned *counter) {
-  constexpr int kLanesPerWord = kWordBits / VEC, K = Welford::K;
+  constexpr int K = Welford::K;
   extern __shared__ Coef smem_coef[];  // 16-byte aligned
   __shared__ float warp_state[kMaxWarpsPerBlock][K];
   const int64_t planes = sh.n * sh.c;
@@ -948,13 +906,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
         Welford::merge(a, b);
       }
     }
-#pragma unroll
-    for (int o = kWarpSize / 2; o > 0; o /= 2) {
-      float b[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) b[k] = shfl_xor(a[k], o, kWarpSize);
-      Welford::merge(a, b);
-    }
+    warp_merge<Welford>(a, kWarpSize);
     if (lane == 0)
 #pragma unroll
       for (int k = 0; k < K; ++k) warp_state[warp][k] = a[k];
@@ -981,13 +933,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
       for (int k = 0; k < K; ++k) b[k] = ps[(m * sh.c + ch) * K + k];
       Welford::merge(a, b);
     }
-#pragma unroll
-    for (int o = kWarpSize / 2; o > 0; o /= 2) {
-      float b[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) b[k] = shfl_xor(a[k], o, kWarpSize);
-      Welford::merge(a, b);
-    }
+    warp_merge<Welford>(a, kWarpSize);
     if (lane == 0) coef[pl] = stats.finish(ch, a, n == 0);
   }
   __syncthreads();
@@ -1000,25 +946,13 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     uint32_t bits = 0;
     if (v < count) {
       const Coef k = coef[pl];
-      const Pack<T, VEC> pack = tile[v];
-      float out[VEC];
-      if (z) load_vec<T, VEC>(z + e, out);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        float val = (element(pack, j) - k.center) * k.a + k.b;
-        if (z) val += out[j];
-        if (do_relu) val = relu(val);
-        out[j] = to_float(from_float<T>(val));
-        if (out[j] > 0.0f) bits |= 1u << j;
-      }
+      float xf[VEC], zf[VEC], out[VEC];
+      unpack(tile[v], xf);
+      if (z) load_vec<T, VEC>(z + e, zf);
+      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int) { return k; }, out);
       store_vec<T, VEC>(y + e, out);
     }
-    if (mask) {
-      bits <<= (lane % kLanesPerWord) * VEC;
-#pragma unroll
-      for (int o = kLanesPerWord / 2; o > 0; o /= 2) bits |= shfl_xor_u32(bits, o, kLanesPerWord);
-      if (lane % kLanesPerWord == 0 && v < count) mask[e / kWordBits] = bits;
-    }
+    if (mask) store_mask_word<VEC>(mask, e, bits, lane % (kWordBits / VEC), v < count);
   }
 }
 
@@ -1171,14 +1105,14 @@ RowsGrid rows_grid(Context &ctx, Kernel kernel, const Shape &sh, int vec) {
   // H100), so split the rows until there are about 8 waves.
   const int64_t wanted = tiles <= wave ? one_wave(ctx, resident, tiles) : (8 * wave + tiles - 1) / tiles;
   const int64_t row_blocks = std::max<int64_t>(
-      1, std::min<int64_t>({(sh.rows + rows_step * kApplyBatch - 1) / (rows_step * kApplyBatch), wanted, 65535}));
+      1, std::min<int64_t>({(sh.rows + rows_step - 1) / rows_step, wanted, 65535}));
   return {dim3(unsigned(tiles), unsigned(row_blocks)), tile};
 }
 
 template <class Kernel>
 unsigned apply_grid(Context &ctx, Kernel kernel, int64_t vectors) {
   const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
-  return unsigned(grid_blocks(ctx, (vectors + kThreads * kApplyBatch - 1) / (kThreads * kApplyBatch), resident));
+  return unsigned(grid_blocks(ctx, (vectors + kThreads - 1) / kThreads, resident));
 }
 
 // XVK_BATCH_NORM_SINGLE_PASS=0 or =1 overrides the tuning table's size limit
