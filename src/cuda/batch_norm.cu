@@ -739,7 +739,7 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
     reduce_channels_last(Shape sh, Src src, int tile, FastDivider div_parts, float *partials) {
   using Op = Src;
   constexpr int U = Src::kBatch;
-  __shared__ float tree[kThreads][VEC][Op::K];
+  __shared__ float tree[VEC][Op::K][kThreads];  // thread innermost: no bank conflicts
   const int part = int(blockIdx.y);
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
@@ -774,7 +774,7 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
 #pragma unroll
   for (int j = 0; j < VEC; ++j)
 #pragma unroll
-    for (int k = 0; k < Op::K; ++k) tree[threadIdx.x][j][k] = a[j][k];
+    for (int k = 0; k < Op::K; ++k) tree[j][k][threadIdx.x] = a[j][k];
   __syncthreads();
   for (int h = rows_step / 2; h > 0; h /= 2) {
     if (ty < h)
@@ -782,10 +782,10 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
       for (int j = 0; j < VEC; ++j) {
         float b[Op::K];
 #pragma unroll
-        for (int k = 0; k < Op::K; ++k) b[k] = tree[threadIdx.x + h * tile][j][k];
+        for (int k = 0; k < Op::K; ++k) b[k] = tree[j][k][threadIdx.x + h * tile];
         Op::merge(a[j], b);
 #pragma unroll
-        for (int k = 0; k < Op::K; ++k) tree[threadIdx.x][j][k] = a[j][k];
+        for (int k = 0; k < Op::K; ++k) tree[j][k][threadIdx.x] = a[j][k];
       }
     __syncthreads();
   }
