@@ -406,6 +406,10 @@ __device__ __forceinline__ float channel_shift(const T *x, int64_t ch, int64_t s
 // a batch of U items, loaded before any is used so that U loads are in
 // flight, joins a thread's state. Channels-first batches hold one channel
 // (add_items); channels-last items are rows of VEC channels (add_rows).
+// add_items: element j of item u is in use when bit j of use[u] is set.
+// kPartialItems (ragged planes): any bits; otherwise each use[u] is all or
+// nothing (only a part's last batch has unused items), so the sums drop
+// unused items whole and need no per-element test.
 template <class T, int VEC>
 struct StatsSource : Welford {
   const T *x;
@@ -420,23 +424,30 @@ struct StatsSource : Welford {
   __device__ float context(int64_t ch) const { return channel_shift(x, ch, shift_stride); }
   __device__ Item load(int64_t e) const { return {load_pack<T, VEC>(x, e)}; }
   __device__ Item load_tail(int64_t e, int64_t numel) const { return {load_pack_tail<T, VEC>(x, e, numel)}; }
-  // The batch's own count, mean and m2 (two passes over registers: the
+  // The batch's own count, mean and m2 in two passes over registers (the
   // mean, then the squares of the deviations from it; DESIGN.md rules out
   // sum of squares minus square of sum, which a channel whose first element
   // is an outlier turns into noise), then one merge: one division per batch.
-  // Element j of item u counts when bit j of use[u] is set; the others may
-  // never have been loaded and are selected away (garbage * 0 may be NaN).
-  // One partial sum per item, added pairwise at the end: short chains.
-  template <int U>
+  // d = x - shift is exact for data near the shift and is kept from the
+  // first pass for the second (recomputed when kPartialItems). Which
+  // elements count: see kPartialItems.
+  // Unused ones may never have been loaded and are selected away (garbage *
+  // 0 may be NaN). One partial sum per item, added pairwise: short chains.
+  template <bool kPartialItems, int U>
   __device__ void add_items(float (&a)[K], const Item (&it)[U], const uint32_t (&use)[U], float shift) const {
-    float part[U];
+    float d[U][VEC], part[U];
     int count = 0;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       count += __popc(use[u]);
+      unpack(it[u].v, d[u]);
       part[u] = 0.0f;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) part[u] += (use[u] >> j) & 1u ? element(it[u].v, j) - shift : 0.0f;
+      for (int j = 0; j < VEC; ++j) {
+        d[u][j] -= shift;
+        part[u] += !kPartialItems || ((use[u] >> j) & 1u) ? d[u][j] : 0.0f;
+      }
+      if (!kPartialItems) part[u] = use[u] ? part[u] : 0.0f;
     }
     if (count == 0) return;
     const float mean = sum_of(part) / float(count);
@@ -445,9 +456,14 @@ struct StatsSource : Welford {
       part[u] = 0.0f;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const float d = element(it[u].v, j) - shift - mean;
-        part[u] += (use[u] >> j) & 1u ? d * d : 0.0f;
+        // Ragged batches recompute d: keeping it spilled (fp16, 80 registers).
+        const float e = (kPartialItems ? element(it[u].v, j) - shift : d[u][j]) - mean;
+        if (kPartialItems)
+          part[u] += (use[u] >> j) & 1u ? e * e : 0.0f;
+        else
+          part[u] = fmaf(e, e, part[u]);
       }
+      if (!kPartialItems) part[u] = use[u] ? part[u] : 0.0f;
     }
     const float b[K] = {float(count), mean, sum_of(part)};
     merge(a, b);
@@ -530,40 +546,30 @@ struct GradSource : Sums {
             relu ? gate_bits<T, VEC>(y, mask, e, n) : kGateOpen};
   }
   // Each item is summed on its own, then the items pairwise and the batch to
-  // the running sums: short dependency chains, and a thread's running sum
-  // takes one rounding per batch instead of one per element (2^27 values per
-  // channel drifted 8e-5 relative otherwise). Elements not in use (add_items:
-  // bit j of use[u] clear; add_rows: u >= valid) may never have been loaded:
-  // 0 * garbage may be NaN, so they are selected away, not multiplied by 0.
-  template <bool kChecked, int U>
-  __device__ static void sums(const Item (&it)[U], const uint32_t (&use)[U], float m, float (&s0)[U],
-                              float (&s1)[U]) {
+  // the running sums: short dependency chains. Elements not in use (see
+  // kPartialItems; add_rows: u >= valid) may never have been loaded: 0 *
+  // garbage may be NaN, so they are selected away, not multiplied by 0.
+  template <bool kPartialItems, int U>
+  __device__ void add_items(float (&a)[K], const Item (&it)[U], const uint32_t (&use)[U], float m) const {
+    float s0[U], s1[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      float g[VEC], x[VEC];
+      float g[VEC], xf[VEC];
       unpack(it[u].g, g);
-      unpack(it[u].x, x);
+      unpack(it[u].x, xf);
       s0[u] = s1[u] = 0.0f;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const bool in = !kChecked || ((use[u] >> j) & 1u);
-        const float gj = in && ((it[u].gate >> j) & 1u) ? g[j] : 0.0f, dx = in ? x[j] - m : 0.0f;
+        const bool in = !kPartialItems || ((use[u] >> j) & 1u);
+        const float gj = in && ((it[u].gate >> j) & 1u) ? g[j] : 0.0f, dx = in ? xf[j] - m : 0.0f;
         s0[u] += gj;
         s1[u] = fmaf(gj, dx, s1[u]);
       }
+      if (!kPartialItems) {
+        s0[u] = use[u] ? s0[u] : 0.0f;
+        s1[u] = use[u] ? s1[u] : 0.0f;
+      }
     }
-  }
-  template <int U>
-  __device__ void add_items(float (&a)[K], const Item (&it)[U], const uint32_t (&use)[U], float m) const {
-    constexpr uint32_t kAll = (1u << VEC) - 1u;
-    bool all = true;
-#pragma unroll
-    for (int u = 0; u < U; ++u) all &= use[u] == kAll;
-    float s0[U], s1[U];
-    if (all)
-      sums<false>(it, use, m, s0, s1);
-    else
-      sums<true>(it, use, m, s0, s1);
     add(a, 0, sum_of(s0));
     add(a, 1, sum_of(s1));
   }
@@ -723,7 +729,7 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
         }
       }
     }
-    src.add_items(a, it, use, context);
+    src.template add_items<RAGGED>(a, it, use, context);
   }
   group_merge<Op>(a, group);
   if (t == 0 && ch < sh.c)
