@@ -7,12 +7,13 @@
 namespace xvk::gpu {
 
 extern const BatchNormTuning kBatchNormSm90;
-// Measured on an H100 80GB HBM3 (bench/results/h100-2026-11-23-batch-norm.txt,
-// `run_on_gpu.sh bnsinglepass`): NCHW 16x32x112x112 bn+relu forward, two
-// passes against one, fp16 29.9 -> 24.8 us, bf16 28.1 -> 24.7 us, fp32 41.5
-// -> 33.2 us; 256x2048x7x7 does not qualify (planes of 49: not whole mask
-// words) and is unchanged. One pass wins wherever it fits, so the limit is
-// about what fits: 132 SMs x 227 KB of shared memory is 29.3 MiB.
+// Measured on an H100 80GB HBM3 (`run_on_gpu.sh bnsinglepass`, tree d811455,
+// bench/results/h100-2026-11-23-batch-norm-two-pass-stats.txt): NCHW
+// 16x32x112x112 bn+relu forward, two passes against one, fp16 35.6 -> 25.4
+// us, bf16 32.5 -> 25.1 us, fp32 44.7 -> 34.5 us (add+relu: 39.9 -> 32.1,
+// 36.4 -> 31.7, 52.7 -> 46.4); 256x2048x7x7 does not qualify (planes of 49:
+// not whole mask words) and is unchanged. One pass wins wherever it fits, so
+// the limit is about what fits: 132 SMs x 227 KB of shared memory is 29.3 MiB.
 const BatchNormTuning kBatchNormSm90 = {int64_t(28) << 20, "H100: one pass wherever the tile fits in shared memory"};
 
 }  // namespace xvk::gpu
