@@ -20,6 +20,7 @@
 #              default 256x256x56x56; BN_PROFILE_OPS, default bn_relu_fwd,bn_relu_bwd), summarised by bench/ncu_summary.py
 #   bnsinglepass  the single-pass (cooperative) training forward against the two-pass one (XVK_BATCH_NORM_SINGLE_PASS)
 #   python     the Python binding's tests with the machine's python3 (PyTorch CUDA tensors included)
+#   fingerprint  prints a hash of src/ and include/ (also written to gpu.txt by build), no GPU needed
 # Packages the machine lacks (dlpack and doctest headers and CMake files) can
 # be carried in .devdeps (include/, lib/cmake/), used as a CMake prefix.
 set -uo pipefail
@@ -28,12 +29,17 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 BUILD=build/gpu
 log() { printf '\n=== %s (%ss) ===\n' "$1" "$SECONDS"; }
+# sha256 over the contents of src/ and include/ (path order): matches a GPU run to a commit.
+source_fingerprint() { find src include -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16; }
 for stage in "$@"; do
   case $stage in
     build)
       log build
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-      git rev-parse HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+      # The device tool copies the working tree but not always a current .git, so HEAD there can
+      # be stale: name the sources by content too (the fingerprint stage prints the same line).
+      echo "git HEAD as seen here: $(git rev-parse HEAD 2>/dev/null)" | tee -a "$OUT/gpu.txt"
+      echo "sources: $(source_fingerprint)" | tee -a "$OUT/gpu.txt"
       extra=()
       [ -d .devdeps ] && extra+=(-DCMAKE_PREFIX_PATH=$PWD/.devdeps -Ddoctest_DIR=$PWD/.devdeps/lib/cmake/doctest -DXVK_DLPACK_INCLUDE_DIR=$PWD/.devdeps/include)
       cmake --preset cuda -B $BUILD -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" "${extra[@]}" >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
@@ -120,6 +126,9 @@ for stage in "$@"; do
       log python
       LD_LIBRARY_PATH=$PWD/$BUILD/lib XVK_BACKEND_PATH=$PWD/$BUILD/lib PYTHONPATH=$PWD/bindings/python \
         PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -v -p no:cacheprovider bindings/python/tests 2>&1 | tee "$OUT/python.log" | tail -25 ;;
+    fingerprint)
+      # No GPU needed: run it on a checkout to compare with the "sources:" line of a run's gpu.txt.
+      echo "sources: $(source_fingerprint)" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
