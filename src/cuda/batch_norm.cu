@@ -998,6 +998,10 @@ Plan make_plan(int64_t n, int64_t c, int64_t s, bool channels_last, std::initial
   return p;
 }
 
+// Whether every vec-wide vector of the flat walk lies in one channel: the
+// flat kernels' UNIFORM.
+bool vectors_in_one_channel(const Plan &p, int vec) { return p.channels_last ? vec == 1 : p.sh.s % vec == 0; }
+
 // Blocks per grid row so that `rows_of_blocks` such rows are at most one
 // resident wave: a second, partial wave would leave most SMs idle while it
 // runs (c = 256 with ceil(1056 / 256) = 5 parts ran 1.2 waves, as slow as 2).
@@ -1060,8 +1064,7 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
       const int rows_step = kThreads / tile;
       const int64_t tiles = (col_vectors + tile - 1) / tile;
       auto kernel = reduce_channels_last<Src, VEC>;
-      const int64_t rows = sh.n * sh.s;
-      parts = int(std::max<int64_t>(1, std::min<int64_t>({rows / (int64_t(rows_step) * Src::kBatch),
+      parts = int(std::max<int64_t>(1, std::min<int64_t>({sh.rows / (int64_t(rows_step) * Src::kBatch),
                                                           one_wave(ctx, ctx.blocks_per_sm(kernel, kThreads, 0), tiles),
                                                           65535})));
       status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
@@ -1223,8 +1226,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
           g.tile);
       return check_launch("batch_norm forward (rows)");
     }
-    const bool uniform = p.channels_last ? VEC == 1 : p.sh.s % VEC == 0;
-    auto kernel = uniform ? forward_apply<T, VEC, true> : forward_apply<T, VEC, false>;
+    auto kernel = vectors_in_one_channel(p, VEC) ? forward_apply<T, VEC, true> : forward_apply<T, VEC, false>;
     kernel<<<apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC), kThreads, 0, ctx.stream>>>(
         p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y), a.mask, coef, a.relu);
     return check_launch("batch_norm forward");
@@ -1265,8 +1267,7 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
           static_cast<T *>(a.dx), static_cast<T *>(a.dz), coef, a.relu, g.tile);
       return check_launch("batch_norm backward (rows)");
     }
-    const bool uniform = p.channels_last ? VEC == 1 : p.sh.s % VEC == 0;
-    auto kernel = uniform ? backward_apply<T, VEC, true> : backward_apply<T, VEC, false>;
+    auto kernel = vectors_in_one_channel(p, VEC) ? backward_apply<T, VEC, true> : backward_apply<T, VEC, false>;
     kernel<<<apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC), kThreads, 0, ctx.stream>>>(
         p.sh, static_cast<const T *>(a.dy), static_cast<const T *>(a.x), static_cast<const T *>(a.y), a.mask,
         static_cast<T *>(a.dx), static_cast<T *>(a.dz), coef, a.relu);
