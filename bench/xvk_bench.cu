@@ -526,7 +526,9 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
       BnShape b{};
       long long n = 0, c = 0, h = 0, w = 0;
-      if (std::sscanf(argv[++i], "%lldx%lldx%lldx%lld", &n, &c, &h, &w) != 4 || n < 1 || c < 1 || h < 1 || w < 1) {
+      int used = 0;  // characters parsed: anything after the fourth size is an error too
+      if (std::sscanf(argv[++i], "%lldx%lldx%lldx%lld%n", &n, &c, &h, &w, &used) != 4 || argv[i][used] != '\0' ||
+          n < 1 || c < 1 || h < 1 || w < 1) {
         std::fprintf(stderr, "--shape wants NxCxHxW, got %s\n", argv[i]);
         return 2;
       }
