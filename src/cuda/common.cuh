@@ -52,16 +52,27 @@ __device__ __forceinline__ void load_pack(const T *p, float (&out)[VEC]) {
   unpack(load_global(reinterpret_cast<const Pack<T, VEC> *>(p)), out);
 }
 
+// VEC floats rounded to T; 16-bit values are converted in pairs.
 template <class T, int VEC>
-__device__ __forceinline__ void store_pack(T *p, const float (&in)[VEC]) {
+__device__ __forceinline__ Pack<T, VEC> to_pack(const float *in) {
   Pack<T, VEC> pack;
+  if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) pack.v[i] = from_float<T>(in[i]);
-  *reinterpret_cast<Pack<T, VEC> *>(p) = pack;
+    for (int i = 0; i < VEC; i += 2) {
+      const uint32_t word = pack_pair<T>(in[i], in[i + 1]);
+      __builtin_memcpy(&pack.v[i], &word, sizeof word);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) pack.v[i] = from_float<T>(in[i]);
+  }
+  return pack;
 }
 
-// Maximum that propagates NaN (fmaxf would drop it and hide a NaN row).
-__device__ __forceinline__ float max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
+template <class T, int VEC>
+__device__ __forceinline__ void store_pack(T *p, const float (&in)[VEC]) {
+  *reinterpret_cast<Pack<T, VEC> *>(p) = to_pack<T, VEC>(in);
+}
 
 struct SumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
@@ -180,12 +191,7 @@ template <class T, int VEC>
 __device__ __forceinline__ void store_vec(T *p, const float (&in)[VEC]) {
   constexpr int kChunk = VEC < kMaxVec<T> ? VEC : kMaxVec<T>;
 #pragma unroll
-  for (int c = 0; c < VEC; c += kChunk) {
-    Pack<T, kChunk> pack;
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) pack.v[i] = from_float<T>(in[c + i]);
-    *reinterpret_cast<Pack<T, kChunk> *>(p + c) = pack;
-  }
+  for (int c = 0; c < VEC; c += kChunk) *reinterpret_cast<Pack<T, kChunk> *>(p + c) = to_pack<T, kChunk>(in + c);
 }
 
 // ---------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #if defined(__HIPCC__)
 #include <hip/hip_bfloat16.h>
 #include <hip/hip_fp16.h>
@@ -218,5 +220,57 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ half from_float<half>(float v) { return __float2half_rn(v); }
+
+// Two floats rounded to nearest into the 32-bit word of two 16-bit values, lo
+// in the low half (element 2i of a pack is the low half of word i). One
+// instruction per pair on NVIDIA (cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32)
+// instead of one per element.
+template <class T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  static_assert(sizeof(T) == 2, "pairs of 16-bit values");
+  uint32_t word;
+#if XVK_GPU_CUDA
+  if constexpr (std::is_same_v<T, half>) {
+    const __half2 pair = __floats2half2_rn(lo, hi);
+    __builtin_memcpy(&word, &pair, sizeof word);
+    return word;
+  } else {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    __builtin_memcpy(&word, &pair, sizeof word);
+    return word;
+  }
+#else
+  const T pair[2] = {from_float<T>(lo), from_float<T>(hi)};
+  __builtin_memcpy(&word, pair, sizeof word);
+  return word;
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// Arithmetic the vendors spell differently
+// ---------------------------------------------------------------------------
+// 2^x to a few ulp; results below the smallest normal float flush to 0.
+// NVIDIA: one MUFU.EX2 (the non-ftz form adds a scale before and after).
+__device__ __forceinline__ float exp2_fast(float x) {
+#if XVK_GPU_CUDA
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
+// The larger of a and b, NaN if either is NaN (fmaxf would drop the NaN and
+// hide a NaN row). One instruction on sm_80 and later (max.NaN.f32).
+__device__ __forceinline__ float max_nan(float a, float b) {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a > b || a != a) ? a : b;
+#endif
+}
 
 }  // namespace xvk::gpu

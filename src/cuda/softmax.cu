@@ -49,6 +49,7 @@ struct LogitsRow {
     limit = causal_limit(a, row);
   }
   // z = scale * x + mask, -inf where masked, for columns col .. col + VEC - 1.
+  // Only the vector that the causal limit cuts is tested element by element.
   template <int VEC>
   __device__ __forceinline__ void load(const xvk_softmax_forward_args &a, int64_t col, float (&z)[VEC]) const {
     if (col >= limit) {
@@ -57,26 +58,44 @@ struct LogitsRow {
       return;
     }
     load_vec<T, VEC>(x + col, z);
-    float m[VEC];
-    if (mask) load_vec<T, VEC>(mask + col, m);
+    if (mask) {
+      float m[VEC];
+      load_vec<T, VEC>(mask + col, m);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) z[i] = z[i] * a.scale + m[i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) z[i] *= a.scale;
+    }
     // Tested as i < limit - col rather than col + i < limit: the same test,
     // but hipcc (ROCm 5.2) hoisted every 64-bit col + i out of the row loop
     // and spilled them to scratch in the widest register kernels.
     const int64_t left = limit - col;
+    if (left < VEC) {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) z[i] = i < left ? z[i] * a.scale + (mask ? m[i] : 0.0f) : kNegInf;
+      for (int i = 0; i < VEC; ++i)
+        if (i >= left) z[i] = kNegInf;
+    }
   }
 };
 
-// Output of one element from its logit z, the row max and the row's sum of
-// exponentials (log: log of it). A fully masked row (max -inf) gives 0 / -inf.
-__device__ __forceinline__ float softmax_out(bool log, float z_or_exp, float max, float sum_or_log_sum,
-                                             float inv_sum) {
-  if (max == kNegInf) return log ? kNegInf : 0.0f;
-  return log ? z_or_exp - max - sum_or_log_sum : z_or_exp * inv_sum;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Per-row constants of the output, from the row's max and its sum of
+// exponentials of z - shift. A fully masked row (max -inf) is shifted by 0,
+// so its exponentials are 0 rather than NaN, and its outputs are 0 (softmax)
+// or -inf (log-softmax).
+__device__ __forceinline__ float row_shift(float max) { return max == kNegInf ? 0.0f : max; }
+// softmax: y = exp(z - shift) * k; log-softmax: y = (z - shift) - k.
+template <bool kLog>
+__device__ __forceinline__ float output_constant(float max, float sum) {
+  if (max == kNegInf) return 0.0f;
+  return kLog ? __logf(sum) : 1.0f / sum;
 }
 
-template <class T, int VEC, int PACKS, int G, int ROWS>
+// Softmax keeps each element's exponential for the output; log-softmax keeps
+// z - shift, the exponential only feeding the sum.
+template <bool kLog, class T, int VEC, int PACKS, int G, int ROWS>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) softmax_forward_registers(const xvk_softmax_forward_args a) {
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   const RowMapping<G, ROWS> map;
@@ -105,14 +124,16 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
     float sum[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
+      const float shift = row_shift(max[r]);
       sum[r] = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float e = max[r] == kNegInf ? 0.0f : __expf(z[r][p][i] - max[r]);
+          const float d = z[r][p][i] - shift;
+          const float e = exp2_fast(d * kLog2e);
           sum[r] += e;
-          if (!a.log) z[r][p][i] = e;  // softmax keeps the exponential, log-softmax the logit
+          z[r][p][i] = kLog ? d : e;
         }
     }
     RowReducer<G>::all_reduce(sum, SumOp{}, scratch);
@@ -121,21 +142,21 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       const int64_t row = base + map.offset + r;
       if (row >= a.rows) continue;
       T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
-      const float log_sum = a.log ? __logf(sum[r]) : 0.0f, inv_sum = 1.0f / sum[r];
+      const float k = output_constant<kLog>(max[r], sum[r]);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
         if (col >= a.cols) continue;
         float out[VEC];
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) out[i] = softmax_out(a.log, z[r][p][i], max[r], a.log ? log_sum : sum[r], inv_sum);
+        for (int i = 0; i < VEC; ++i) out[i] = kLog ? z[r][p][i] - k : z[r][p][i] * k;
         store_vec<T, VEC>(y + col, out);
       }
     }
   }
 }
 
-template <class T, int VEC>
+template <bool kLog, class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_softmax_forward_args a) {
   __shared__ float scratch[1][kMaxWarpsPerBlock];
   const int64_t step = int64_t(blockDim.x) * VEC;
@@ -150,24 +171,25 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_
 #pragma unroll
       for (int i = 0; i < VEC; ++i) new_max = max_nan(new_max, z[i]);
       if (new_max == kNegInf) continue;
-      sum *= __expf(max - new_max);
+      sum *= exp2_fast((max - new_max) * kLog2e);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) sum += __expf(z[i] - new_max);
+      for (int i = 0; i < VEC; ++i) sum += exp2_fast((z[i] - new_max) * kLog2e);
       max = new_max;
     }
     float row_max[1] = {max};
     RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
-    float row_sum[1] = {max == kNegInf ? 0.0f : sum * __expf(max - row_max[0])};
+    float row_sum[1] = {max == kNegInf ? 0.0f : sum * exp2_fast((max - row_max[0]) * kLog2e)};
     RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
-    const float m = row_max[0], s = row_sum[0], log_sum = __logf(s), inv_sum = 1.0f / s;
+    const float shift = row_shift(row_max[0]), k = output_constant<kLog>(row_max[0], row_sum[0]);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float z[VEC];
       logits.load(a, col, z);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i)
-        z[i] = a.log ? softmax_out(true, z[i], m, log_sum, inv_sum)
-                     : softmax_out(false, m == kNegInf ? 0.0f : __expf(z[i] - m), m, s, inv_sum);
+      for (int i = 0; i < VEC; ++i) {
+        const float d = z[i] - shift;
+        z[i] = kLog ? d - k : exp2_fast(d * kLog2e) * k;
+      }
       store_vec<T, VEC>(y + col, z);
     }
   }
@@ -247,8 +269,9 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk
   }
 }
 
-// Instantiates the kernel that Config c names, for forward or backward.
-template <bool kForward, class T, int VEC, class Args>
+// Instantiates the kernel that Config c names, for forward (softmax or
+// log-softmax, kLog) or backward (which tells them apart at run time).
+template <bool kForward, bool kLog, class T, int VEC, class Args>
 xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
   xvk_status_t status = XVK_ERROR_INTERNAL;
   switch (c.variant) {
@@ -256,7 +279,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
         constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
         if constexpr (kForward)
-          status = launch_rows(ctx, c, softmax_forward_registers<T, VEC, P, G, R>, "softmax_forward_registers",
+          status = launch_rows(ctx, c, softmax_forward_registers<kLog, T, VEC, P, G, R>, "softmax_forward_registers",
                                a.rows, int64_t(c.threads / G) * R, a);
         else
           status = launch_rows(ctx, c, softmax_backward_registers<T, VEC, P, G, R>, "softmax_backward_registers", a.rows, int64_t(c.threads / G) * R, a);
@@ -266,7 +289,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       with_block_packs(c.packs, [&](auto packs) {
         constexpr int P = decltype(packs)::value;
         if constexpr (kForward)
-          status = launch_rows(ctx, c, softmax_forward_registers<T, VEC, P, 0, 1>, "softmax_forward_registers",
+          status = launch_rows(ctx, c, softmax_forward_registers<kLog, T, VEC, P, 0, 1>, "softmax_forward_registers",
                                a.rows, 1, a);
         else
           status = launch_rows(ctx, c, softmax_backward_registers<T, VEC, P, 0, 1>, "softmax_backward_registers", a.rows, 1, a);
@@ -274,7 +297,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       break;
     case Variant::kReread:
       if constexpr (kForward)
-        status = launch_rows(ctx, c, softmax_forward_reread<T, VEC>, "softmax_forward_reread", a.rows, 1, a);
+        status = launch_rows(ctx, c, softmax_forward_reread<kLog, T, VEC>, "softmax_forward_reread", a.rows, 1, a);
       else
         status = launch_rows(ctx, c, softmax_backward_reread<T, VEC>, "softmax_backward_reread", a.rows, 1, a);
       break;
@@ -286,7 +309,12 @@ template <bool kForward, class Args>
 xvk_status_t run(Context &ctx, const Args &a, int vec, OpKind op, const Config *forced) {
   const Config c = config_for(ctx, forced, op, a, vec);
   return launch_typed(a.dtype, c.vec, [&](auto tag, auto v) {
-    return launch_config<kForward, decltype(tag), decltype(v)::value>(ctx, c, a);
+    using T = decltype(tag);
+    constexpr int VEC = decltype(v)::value;
+    if constexpr (kForward)
+      return a.log ? launch_config<true, true, T, VEC>(ctx, c, a) : launch_config<true, false, T, VEC>(ctx, c, a);
+    else
+      return launch_config<false, false, T, VEC>(ctx, c, a);
   });
 }
 
