@@ -169,6 +169,26 @@ struct RowMapping {
   __device__ __forceinline__ int col(int p, int vec) const { return (p * width + lane) * vec; }
 };
 
+// The register variants load a lane's share of a row in two steps: first
+// every load is issued (issue_row), then the values are unpacked
+// (unpack_row). With a use between two loads, each load would wait out the
+// previous one's memory latency; issued together, they are in flight at once.
+// Vectors not loaded (col >= cols, or !valid) read as 0.
+template <class T, int VEC, int PACKS, class Map>
+__device__ __forceinline__ void issue_row(const Map &map, const T *row, bool valid, int cols, Pack<T, VEC> (&raw)[PACKS]) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    raw[p] = Pack<T, VEC>{};  // all bits 0: 0.0 in every type
+    if (valid && map.col(p, VEC) < cols) raw[p] = load_global(reinterpret_cast<const Pack<T, VEC> *>(row + map.col(p, VEC)));
+  }
+}
+
+template <class T, int VEC, int PACKS>
+__device__ __forceinline__ void unpack_row(const Pack<T, VEC> (&raw)[PACKS], float (&out)[PACKS][VEC]) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) unpack(raw[p], out[p]);
+}
+
 }  // namespace xvk::gpu
 
 namespace xvk::gpu {

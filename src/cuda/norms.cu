@@ -91,24 +91,51 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
     // h holds x (+ residual) - shift; mean and var are those of h.
     float h[ROWS][PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
+    {
+      Pack<T, VEC> raw[ROWS][PACKS];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int64_t row = base + map.offset + r;
+        shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+        issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) unpack_row(raw[r], h[r]);
+      if (a.residual.data) {  // h = x + residual, rounded to T as residual_out holds it
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          const int64_t row = base + map.offset + r;
+          issue_row(map, static_cast<const T *>(a.residual.data) + row * a.residual.row_stride, row < a.rows, a.cols,
+                    raw[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          const int64_t row = base + map.offset + r;
+          float res[PACKS][VEC];
+          unpack_row(raw[r], res);
+#pragma unroll
+          for (int p = 0; p < PACKS; ++p) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) h[r][p][i] = to_float(from_float<T>(h[r][p][i] + res[p][i]));
+            if (a.residual_out.data && row < a.rows && map.col(p, VEC) < a.cols)
+              store_vec<T, VEC>(static_cast<T *>(a.residual_out.data) + row * a.residual_out.row_stride + map.col(p, VEC),
+                                h[r][p]);
+          }
+        }
+      }
+    }
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
-      shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
       mean[r] = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
-        const int col = map.col(p, VEC);
-        if (row < a.rows && col < a.cols) {
-          load_input<T, VEC>(a, row, col, h[r][p]);
+        const bool in = row < a.rows && map.col(p, VEC) < a.cols;
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) h[r][p][i] -= shift[r];
-        } else {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) h[r][p][i] = 0.0f;
+        for (int i = 0; i < VEC; ++i) {
+          h[r][p][i] = in ? h[r][p][i] - shift[r] : 0.0f;
+          mean[r] += h[r][p][i];
         }
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) mean[r] += h[r][p][i];
       }
     }
     if (a.rms) {
