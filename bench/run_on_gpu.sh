@@ -19,6 +19,8 @@
 #   bnprofile  ncu per-kernel times and DRAM bytes of the BatchNorm kernels on one shape (BN_PROFILE_SHAPE,
 #              default 256x256x56x56; BN_PROFILE_OPS, default bn_relu_fwd,bn_relu_bwd), summarised by bench/ncu_summary.py
 #   bnsinglepass  the single-pass (cooperative) training forward against the two-pass one (XVK_BATCH_NORM_SINGLE_PASS)
+#   rowprofile ncu (--set full) on one launch of each softmax/norm case in ROW_PROFILE_CASES (OP:DTYPE:ROWSxCOLS,
+#              space-separated), reports in $OUT/ncu-*.txt, a few headline metrics printed
 #   python     the Python binding's tests with the machine's python3 (PyTorch CUDA tensors included)
 #   fingerprint  prints a hash of src/ and include/ (also written to gpu.txt by build), no GPU needed
 # Packages the machine lacks (dlpack and doctest headers and CMake files) can
@@ -122,6 +124,16 @@ for stage in "$@"; do
         --only "${BN_PROFILE_OPS:-bn_relu_fwd,bn_relu_bwd}" --csv "$OUT/xvk-bn-profiled.csv" >"$OUT/ncu-bn.csv" 2>"$OUT/ncu-bn.err"
       echo "ncu exit $?"; tail -3 "$OUT/ncu-bn.err"
       python3 bench/ncu_summary.py "$OUT/ncu-bn.csv" | tee "$OUT/ncu-bn-summary.txt" | cut -c1-170 | head -40 ;;
+    rowprofile)
+      log rowprofile
+      for c in ${ROW_PROFILE_CASES:-softmax_fwd:fp16:49152x1024 layer_norm_fwd:fp16:49152x1024}; do
+        report="$OUT/ncu-${c//[:x]/-}.txt"
+        XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 200 ncu --set full -k 'regex:(softmax|norm)_(forward|backward)' \
+          --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard barrier short_scoreboard wait math_pipe_throttle mio_throttle lg_throttle no_instruction not_selected selected drain membar dispatch_stall | sed 's/,$//')" \
+          --launch-skip 5 --launch-count 1 $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null >"$report" 2>&1
+        echo "$c: ncu exit $?"
+        grep -E "^  [a-z_]+_(forward|backward)|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Eligible Warps Per|issue_stalled" "$report" | head -32
+      done ;;
     python)
       log python
       LD_LIBRARY_PATH=$PWD/$BUILD/lib XVK_BACKEND_PATH=$PWD/$BUILD/lib PYTHONPATH=$PWD/bindings/python \

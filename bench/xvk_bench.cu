@@ -5,9 +5,11 @@
 // ceiling: the faster of cudaMemcpy device-to-device and our own vectorized
 // copy kernel on the same number of bytes, timed the same way.
 //
-//   xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only]
+//   xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only] [--case OP:DTYPE:ROWSxCOLS]...
 //   xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OPS] [--shape NxCxHxW] [--csv FILE]
 //
+// --case runs only the cases named (for profiling one kernel under ncu), and
+// skips the host-cost measurement.
 // --batch-norm times BatchNorm (training forward with ReLU or Add+ReLU and
 // their backward, from the ReLU mask or from y, and the inference forward) on
 // the ResNet-50 shapes, channels-first and channels-last, against the bytes of
@@ -514,6 +516,7 @@ int main(int argc, char **argv) {
   int big_reps = -1;
   std::string only;
   std::vector<BnShape> bn_shapes;
+  std::vector<Case> chosen_cases;
   const char *csv_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -534,16 +537,31 @@ int main(int argc, char **argv) {
       }
       b.n = n, b.c = c, b.h = h, b.w = w;
       bn_shapes.push_back(b);
+    } else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
+      char op[32] = "", dtype[8] = "";
+      long long rows = 0, cols = 0;
+      int used = 0;
+      const char *arg = argv[++i];
+      const bool parsed = std::sscanf(arg, "%31[a-z_]:%7[a-z0-9]:%lldx%lld%n", op, dtype, &rows, &cols, &used) == 4 &&
+                          arg[used] == '\0' && rows > 0 && cols > 0;
+      const char *const *known_op = std::find_if(std::begin(kOps), std::end(kOps), [&](const char *o) { return !std::strcmp(o, op); });
+      const DType *known_dtype = std::find_if(std::begin(kDtypes), std::end(kDtypes), [&](const DType &t) { return !std::strcmp(t.name, dtype); });
+      if (!parsed || known_op == std::end(kOps) || known_dtype == std::end(kDtypes)) {
+        std::fprintf(stderr, "--case wants OP:DTYPE:ROWSxCOLS (say softmax_fwd:fp16:49152x1024), got %s\n", arg);
+        return 2;
+      }
+      chosen_cases.push_back({*known_op, known_dtype, rows, cols});
     } else {
       std::fprintf(stderr,
-                   "usage: xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only]\n"
+                   "usage: xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only] [--case OP:DTYPE:ROWSxCOLS]...\n"
                    "       xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OP[,OP...]] [--shape NxCxHxW]...\n"
                    "                [--csv FILE]\n"
                    "  --batch-norm  the BatchNorm cases instead of softmax and the norms (CSV: xvk-bn-bench.csv)\n"
                    "  --big-reps N  launches per case for shapes of >= 100M elements (default: --reps; at least 20)\n"
                    "  --only        BatchNorm ops to run, of bn_relu_fwd, bn_relu_bwd, bn_relu_bwd_y, bn_add_relu_fwd,\n"
                    "                bn_add_relu_bwd, bn_relu_infer (the backward ones run their forward untimed first)\n"
-                   "  --shape       a BatchNorm shape to run instead of the list (repeatable; for profiling one case)\n");
+                   "  --shape       a BatchNorm shape to run instead of the list (repeatable; for profiling one case)\n"
+                   "  --case        a softmax/norm case to run instead of the list, skipping the host cost (repeatable)\n");
       return 2;
     }
   }
@@ -569,15 +587,16 @@ int main(int argc, char **argv) {
     XVK_OK(xvk_context_destroy(ctx));
     return rc;
   }
-  host_cost(ctx);
+  if (chosen_cases.empty()) host_cost(ctx);
   if (host_only) return 0;
 
-  std::vector<Case> cases;
+  std::vector<Case> cases = chosen_cases;
   const std::vector<int64_t> sweep = quick ? std::vector<int64_t>{32, 256, 1024, 4096, 32768}
                                            : std::vector<int64_t>{32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384, 32768};
   const std::vector<int64_t> transformer = quick ? std::vector<int64_t>{768} : std::vector<int64_t>{768, 1024, 4096, 5120, 8192};
   for (const char *op : kOps)
     for (const DType &t : kDtypes) {
+      if (!chosen_cases.empty()) break;
       for (int64_t cols : sweep) cases.push_back({op, &t, 49152, cols});
       for (int64_t cols : transformer) cases.push_back({op, &t, 8192, cols});
     }
