@@ -169,11 +169,13 @@ struct RowMapping {
   __device__ __forceinline__ int col(int p, int vec) const { return (p * width + lane) * vec; }
 };
 
-// The register variants load a lane's share of a row in two steps: first
-// every load is issued (issue_row), then the values are unpacked
-// (unpack_row). With a use between two loads, each load would wait out the
-// previous one's memory latency; issued together, they are in flight at once.
-// Vectors not loaded (col >= cols, or !valid) read as 0.
+// A lane's share of a row loaded in two steps: first every load is issued
+// (issue_row), then the values are unpacked (unpack_row). With a use between
+// two loads, each load would wait out the previous one's memory latency;
+// issued together, they are in flight at once. The norm forward register
+// kernels load this way; the softmax ones do not (holding the raw vectors
+// beside the floats made them spill). Vectors not loaded (col >= cols, or
+// !valid) read as 0.
 template <class T, int VEC, int PACKS, class Map>
 __device__ __forceinline__ void issue_row(const Map &map, const T *row, bool valid, int cols, Pack<T, VEC> (&raw)[PACKS]) {
 #pragma unroll

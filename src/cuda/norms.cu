@@ -46,18 +46,25 @@ __device__ __forceinline__ void load_affine(const void *gamma, const void *beta,
   }
 }
 
-// h = x (+ residual, rounded to T as residual_out holds it), also written to
-// residual_out when asked.
+// h += residual r, rounded to T as residual_out holds it, and written to
+// residual_out (at row, col) when asked.
+template <class T, int VEC>
+__device__ __forceinline__ void add_residual(const xvk_norm_forward_args &a, int64_t row, int64_t col, float (&h)[VEC],
+                                             const float (&r)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) h[i] = to_float(from_float<T>(h[i] + r[i]));
+  if (a.residual_out.data)
+    store_vec<T, VEC>(static_cast<T *>(a.residual_out.data) + row * a.residual_out.row_stride + col, h);
+}
+
+// h = x (+ residual, see add_residual).
 template <class T, int VEC>
 __device__ __forceinline__ void load_input(const xvk_norm_forward_args &a, int64_t row, int64_t col, float (&h)[VEC]) {
   load_vec<T, VEC>(static_cast<const T *>(a.x.data) + row * a.x.row_stride + col, h);
   if (!a.residual.data) return;
   float r[VEC];
   load_vec<T, VEC>(static_cast<const T *>(a.residual.data) + row * a.residual.row_stride + col, r);
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) h[i] = to_float(from_float<T>(h[i] + r[i]));
-  if (a.residual_out.data)
-    store_vec<T, VEC>(static_cast<T *>(a.residual_out.data) + row * a.residual_out.row_stride + col, h);
+  add_residual<T, VEC>(a, row, col, h, r);
 }
 
 // The row's first input: statistics are computed around it. x - shift is
@@ -114,13 +121,8 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           float res[PACKS][VEC];
           unpack_row(raw[r], res);
 #pragma unroll
-          for (int p = 0; p < PACKS; ++p) {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) h[r][p][i] = to_float(from_float<T>(h[r][p][i] + res[p][i]));
-            if (a.residual_out.data && row < a.rows && map.col(p, VEC) < a.cols)
-              store_vec<T, VEC>(static_cast<T *>(a.residual_out.data) + row * a.residual_out.row_stride + map.col(p, VEC),
-                                h[r][p]);
-          }
+          for (int p = 0; p < PACKS; ++p)
+            if (row < a.rows && map.col(p, VEC) < a.cols) add_residual<T, VEC>(a, row, map.col(p, VEC), h[r][p], res[p]);
         }
       }
     }

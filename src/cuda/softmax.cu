@@ -85,7 +85,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // exponentials of z - shift. A fully masked row (max -inf) is shifted by 0,
 // so its exponentials are 0 rather than NaN, and its outputs are 0 (softmax)
 // or -inf (log-softmax).
-__device__ __forceinline__ float row_shift(float max) { return max == kNegInf ? 0.0f : max; }
+__device__ __forceinline__ float exp_shift(float max) { return max == kNegInf ? 0.0f : max; }
 // softmax: y = exp(z - shift) * k; log-softmax: y = (z - shift) - k.
 template <bool kLog>
 __device__ __forceinline__ float output_constant(float max, float sum) {
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
     float sum[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      const float shift = row_shift(max[r]);
+      const float shift = exp_shift(max[r]);
       sum[r] = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_
     RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
     float row_sum[1] = {max == kNegInf ? 0.0f : sum * exp2_fast((max - row_max[0]) * kLog2e)};
     RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
-    const float shift = row_shift(row_max[0]), k = output_constant<kLog>(row_max[0], row_sum[0]);
+    const float shift = exp_shift(row_max[0]), k = output_constant<kLog>(row_max[0], row_sum[0]);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float z[VEC];
