@@ -594,12 +594,12 @@ int main(int argc, char **argv) {
   const std::vector<int64_t> sweep = quick ? std::vector<int64_t>{32, 256, 1024, 4096, 32768}
                                            : std::vector<int64_t>{32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384, 32768};
   const std::vector<int64_t> transformer = quick ? std::vector<int64_t>{768} : std::vector<int64_t>{768, 1024, 4096, 5120, 8192};
-  for (const char *op : kOps)
-    for (const DType &t : kDtypes) {
-      if (!chosen_cases.empty()) break;
-      for (int64_t cols : sweep) cases.push_back({op, &t, 49152, cols});
-      for (int64_t cols : transformer) cases.push_back({op, &t, 8192, cols});
-    }
+  if (cases.empty())
+    for (const char *op : kOps)
+      for (const DType &t : kDtypes) {
+        for (int64_t cols : sweep) cases.push_back({op, &t, 49152, cols});
+        for (int64_t cols : transformer) cases.push_back({op, &t, 8192, cols});
+      }
   FILE *csv = std::fopen(csv_path, "w");
   std::fprintf(csv, "op,dtype,rows,cols,variant,xvk_us,bytes,gbps,copy_memcpy_us,copy_kernel_us,fraction_of_ceiling,x_copy_time\n");
   std::printf("\n%-16s %-5s %6s %6s %-22s %10s %8s %8s %7s\n", "op", "dtype", "rows", "cols", "variant", "time(us)", "GB/s",
