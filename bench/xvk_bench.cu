@@ -104,7 +104,13 @@ struct Result {
 };
 
 const char *variant_name(xvk::gpu::Variant v) {
-  return v == xvk::gpu::Variant::kGroup ? "group" : v == xvk::gpu::Variant::kBlock ? "block" : "reread";
+  switch (v) {
+    case xvk::gpu::Variant::kGroup: return "group";
+    case xvk::gpu::Variant::kBlock: return "block";
+    case xvk::gpu::Variant::kReread: return "reread";
+    case xvk::gpu::Variant::kShared: return "shared";
+  }
+  return "?";
 }
 
 // What the tuning table picks for a contiguous case on this device.
@@ -118,7 +124,8 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, 
                           ? (op.find("bwd") != std::string::npos ? OpKind::kSoftmaxBackward : OpKind::kSoftmaxForward)
                           : (op.find("bwd") != std::string::npos ? OpKind::kNormBackward : OpKind::kNormForward);
   const int vec = cols % int64_t(16 / t.size) == 0 ? int(16 / t.size) : 1;
-  const Config c = choose_config(tuning_table_for(arch), kind, t.id, rows, cols, vec, prop.warpSize);
+  const Config c = choose_config(tuning_table_for(arch), kind, t.id, rows, cols, vec,
+                                 DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin)});
   char s[64];
   if (c.variant == Variant::kGroup)
     std::snprintf(s, sizeof s, "group%d.p%d.r%d.t%d", c.group, c.packs, c.rows, c.threads);

@@ -48,38 +48,6 @@ float relative_diff(const void *a, const void *b, int dtype, size_t n) {
 const char *kOpNames[] = {"softmax forward", "softmax backward", "norm forward", "norm backward"};
 const char *kDtypeNames[] = {"float32", "float16", "bfloat16"};
 
-std::vector<Config> candidates(OpKind op, int64_t cols, int vec, int warp) {
-  std::vector<Config> out;
-  for (int g = 1; g <= 32; g *= 2)
-    for (int rows = 1; rows <= 2; ++rows)
-      for (int threads : {128, 256, 512}) {
-        Config c;
-        c.variant = Variant::kGroup, c.vec = vec, c.group = g, c.rows = rows, c.threads = threads;
-        if (complete_config(c, op, cols, warp)) out.push_back(c);
-      }
-  for (int packs = 1; packs <= kMaxBlockPacks; packs *= 2) {
-    Config c;
-    c.variant = Variant::kBlock, c.vec = vec, c.packs = packs;
-    if (complete_config(c, op, cols, warp)) out.push_back(c);
-  }
-  for (int threads : {256, 512, 1024}) {
-    Config c;
-    c.variant = Variant::kReread, c.vec = vec, c.threads = threads;
-    if (complete_config(c, op, cols, warp)) out.push_back(c);
-  }
-  // Capping resident blocks keeps a re-read row in L2 between its two passes,
-  // and makes fewer partial sums for the norm backward.
-  const size_t base = out.size();
-  for (size_t i = 0; i < base; ++i)
-    if (out[i].variant == Variant::kReread || op == OpKind::kNormBackward)
-      for (int cap : {1, 2}) {
-        Config c = out[i];
-        c.blocks_per_sm = cap;
-        out.push_back(c);
-      }
-  return out;
-}
-
 std::string describe(const Config &c) {
   char s[96];
   if (c.variant == Variant::kGroup)
@@ -87,7 +55,7 @@ std::string describe(const Config &c) {
   else if (c.variant == Variant::kBlock)
     std::snprintf(s, sizeof s, "block packs=%d threads=%d", c.packs, c.threads);
   else
-    std::snprintf(s, sizeof s, "reread threads=%d", c.threads);
+    std::snprintf(s, sizeof s, "%s threads=%d", c.variant == Variant::kShared ? "shared" : "reread", c.threads);
   if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), " blocks/SM<=%d", c.blocks_per_sm);
   return s;
 }
@@ -111,7 +79,7 @@ int main(int argc, char **argv) {
   ctx.device = 0;
   ctx.info = &device_info(0);
   ctx.stream = g_stream;
-  const int warp = ctx.info->warp_size;
+  const DeviceLimits limits = ctx.info->limits();
   const int64_t max_rows = 49152, max_cols = 32768;
   // Row buckets: (rows tuned at, largest rows the entries apply to).
   const std::vector<std::pair<int64_t, int64_t>> buckets = {{8192, 16384}, {49152, INT64_MAX}};
@@ -157,14 +125,14 @@ int main(int argc, char **argv) {
         };
         // Reference: the default rule.
         const int vec = 16 / int(es);
-        const Config base = default_config(OpKind(op), cols, vec, warp);
+        const Config base = default_config(OpKind(op), dtype, cols, vec, limits);
         if (run(&base) != XVK_SUCCESS) return std::fprintf(stderr, "default config failed\n"), 1;
         CUDA_OK(cudaMemcpyAsync(ref.p, out.p, n * es, cudaMemcpyDeviceToDevice, g_stream));
         CUDA_OK(cudaMemcpyAsync(dgamma_ref.p, dgamma.p, size_t(cols) * es, cudaMemcpyDeviceToDevice, g_stream));
         const double tol = dtype == 0 ? 1e-5 : dtype == 1 ? 2e-3 : 1.6e-2;
         Config best = base;
         double best_us = 1e30, base_us = 0;
-        for (const Config &c : candidates(OpKind(op), cols, vec, warp)) {
+        for (const Config &c : candidate_configs(OpKind(op), dtype, cols, vec, limits)) {
           CUDA_OK(cudaMemsetAsync(out.p, 0xff, n * es, g_stream));
           if (run(&c) != XVK_SUCCESS) {
             cudaGetLastError();

@@ -19,12 +19,14 @@ struct Family {
   const char *arch;
   int wave;  // wavefront width of the target as HIP compiles it
 };
+// 64 KiB of LDS per workgroup on every target here (sharedMemPerBlock).
+constexpr int kLdsBytes = 64 * 1024;
 const Family kFamilies[] = {{"gfx908", 64}, {"gfx90a", 64}, {"gfx940", 64}, {"gfx1030", 32}};
 
 int vec_of(int dtype) { return dtype == 0 ? 4 : 8; }  // 16 bytes of float32 or of 16-bit values
 
 // The invariants of a config the kernels rely on at this wave width.
-void check_runnable(const Config &c, OpKind op, int64_t cols, int wave) {
+void check_runnable(const Config &c, OpKind op, int dtype, int64_t cols, int wave) {
   CHECK(c.threads >= wave);
   CHECK(c.threads % wave == 0);  // whole wavefronts: the block reductions assume it
   CHECK(c.threads <= kMaxThreads);
@@ -36,8 +38,12 @@ void check_runnable(const Config &c, OpKind op, int64_t cols, int wave) {
     CHECK(int64_t(c.group) * c.packs * c.vec >= cols);  // the group holds the whole row
   }
   if (c.variant == Variant::kBlock) CHECK(int64_t(c.threads) * c.packs * c.vec >= cols);
-  if (c.variant != Variant::kReread)
+  if (c.variant == Variant::kGroup || c.variant == Variant::kBlock)
     CHECK(c.threads <= register_kernel_max_threads(is_backward(op), c.packs * c.vec * c.rows));
+  if (c.variant == Variant::kShared) {  // a forward's row, in the LDS
+    CHECK(!is_backward(op));
+    CHECK(shared_row_bytes(cols, c.vec, dtype == 0 ? 4 : 2) + kSharedReserve <= kLdsBytes);
+  }
 }
 
 }  // namespace
@@ -78,13 +84,13 @@ TEST_CASE("every row of the AMD tables is chosen, and runs, across its whole ban
       for (int64_t cols : {lo + vec, hi}) {  // narrowest and widest vector-path row of the band
         CAPTURE(cols);
         const OpKind op = OpKind(e.op);
-        const Config c = choose_config(table, op, e.dtype, 49152, cols, vec, f.wave);
+        const Config c = choose_config(table, op, e.dtype, 49152, cols, vec, DeviceLimits{f.wave, kLdsBytes});
         CHECK(int(c.variant) == e.variant);  // the row, not the default rule's fallback
         if (e.threads != 0) CHECK(c.threads == e.threads);
         if (e.variant == int(Variant::kBlock)) CHECK(c.packs == e.packs);
         // Backward kernels with 64 elements per lane spill on AMD: the tables stay at 32.
         if (is_backward(op) && c.variant != Variant::kReread) CHECK(c.packs * c.vec * c.rows <= 32);
-        check_runnable(c, op, cols, f.wave);
+        check_runnable(c, op, e.dtype, cols, f.wave);
       }
       lo = e.max_cols;
     }
@@ -95,13 +101,14 @@ TEST_CASE("the default rule keeps whole wavefronts at wave64 and wave32") {
   for (int wave : {64, 32}) {
     for (int op = 0; op < 4; ++op) {
       for (int vec : {1, 4, 8}) {
+        const int dtype = vec == 4 ? 0 : 1;  // float32 on its vector path, a 16-bit type otherwise
         for (int64_t cols = 1; cols <= 65536; cols = cols < 64 ? cols + 1 : cols * 3 / 2) {
           CAPTURE(wave);
           CAPTURE(op);
           CAPTURE(vec);
           CAPTURE(cols);
-          const Config c = default_config(OpKind(op), cols, vec, wave);
-          check_runnable(c, OpKind(op), cols, wave);
+          const Config c = default_config(OpKind(op), dtype, cols, vec, DeviceLimits{wave, kLdsBytes});
+          check_runnable(c, OpKind(op), dtype, cols, wave);
         }
       }
     }

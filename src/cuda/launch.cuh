@@ -23,6 +23,7 @@ struct DeviceInfo {
   bool cooperative_launch = false;
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;
+  DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block}; }
 };
 
 // Reads (once, thread-safely) and returns the facts of device `id`.
@@ -37,15 +38,18 @@ struct Context {
   // Completion counters of "last block finishes" kernels: zeroed once when
   // allocated; each kernel leaves its counter at 0 again when it ends.
   unsigned *counters = nullptr;
-  // (kernel, threads) -> blocks per SM, queried once per shape.
+  // (kernel, threads, dynamic shared bytes) -> blocks per SM, queried once per shape.
   struct KernelShape {
     const void *kernel;
     int threads;
-    bool operator==(const KernelShape &o) const { return kernel == o.kernel && threads == o.threads; }
+    size_t smem;
+    bool operator==(const KernelShape &o) const {
+      return kernel == o.kernel && threads == o.threads && smem == o.smem;
+    }
   };
   struct KernelShapeHash {
     size_t operator()(const KernelShape &k) const {
-      return std::hash<const void *>()(k.kernel) * 31u + std::hash<int>()(k.threads);
+      return (std::hash<const void *>()(k.kernel) * 31u + std::hash<int>()(k.threads)) * 31u + std::hash<size_t>()(k.smem);
     }
   };
   std::unordered_map<KernelShape, int, KernelShapeHash> resident_blocks;
@@ -55,13 +59,18 @@ struct Context {
   // The context's zeroed completion counters (kCounters of them).
   static constexpr int kCounters = 64;
   error_t completion_counters(unsigned **out);
-  // Blocks per SM for a kernel at its launch shape (queried once per kernel).
+  // Blocks per SM for a kernel at its launch shape (queried once per shape).
+  // A kernel given more dynamic shared memory than the 48 KiB every device
+  // grants is first allowed all that a block may have (the attribute
+  // persists, so later sizes fit too).
   template <class Kernel>
   int blocks_per_sm(Kernel kernel, int threads, size_t smem) {
-    const KernelShape key{reinterpret_cast<const void *>(kernel), threads};
+    const KernelShape key{reinterpret_cast<const void *>(kernel), threads, smem};
     auto it = resident_blocks.find(key);
     if (it != resident_blocks.end()) return it->second;
     int blocks = 0;
+    if (smem + kSharedReserve > 48 * 1024 && set_max_dynamic_smem(kernel, info->max_smem_per_block - kSharedReserve) != kSuccess)
+      (void)get_last_error();  // the launch reports it if the size does not fit
     if (occupancy_blocks_per_sm(&blocks, kernel, threads, smem) != kSuccess || blocks < 1) blocks = 1;
     resident_blocks.emplace(key, blocks);
     return blocks;
@@ -93,7 +102,7 @@ inline int64_t element_size(int dtype) { return dtype == XVK_DTYPE_F32 ? 4 : 2; 
 // table's choice for the call's shape and the vector width it allows.
 template <class Args>
 Config config_for(const Context &ctx, const Config *forced, OpKind op, const Args &a, int vec) {
-  return forced ? *forced : choose_config(*ctx.info->table, op, a.dtype, a.rows, a.cols, vec, ctx.info->warp_size);
+  return forced ? *forced : choose_config(*ctx.info->table, op, a.dtype, a.rows, a.cols, vec, ctx.info->limits());
 }
 
 // Runs launch(T{}, IntConst<VEC>{}) for the call's storage type and the
@@ -117,14 +126,20 @@ inline int grid_blocks(const Context &ctx, int64_t work_blocks, int resident_per
 }
 
 // Launches a persistent grid-stride kernel over `rows` rows, rows_per_block
-// at a time, with Config c's threads and resident-block cap.
+// at a time, with Config c's threads and resident-block cap, and `smem`
+// bytes of dynamic shared memory per block.
+template <class Kernel, class... Args>
+xvk_status_t launch_rows_smem(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
+                              int64_t rows_per_block, size_t smem, const Args &...args) {
+  const int resident = ctx.blocks_per_sm(kernel, c.threads, smem);
+  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident, c.blocks_per_sm);
+  kernel<<<blocks, c.threads, smem, ctx.stream>>>(args...);
+  return check_launch(name);
+}
 template <class Kernel, class... Args>
 xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
                          int64_t rows_per_block, const Args &...args) {
-  const int resident = ctx.blocks_per_sm(kernel, c.threads, 0);
-  const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident, c.blocks_per_sm);
-  kernel<<<blocks, c.threads, 0, ctx.stream>>>(args...);
-  return check_launch(name);
+  return launch_rows_smem(ctx, c, kernel, name, rows, rows_per_block, 0, args...);
 }
 
 // Operators (softmax.cu, norms.cu). `forced` (from the tuner) overrides the

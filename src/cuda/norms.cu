@@ -3,8 +3,10 @@
 // Variants, as for softmax (see softmax.cu):
 //  - registers: a group of G lanes (or the whole block) holds the row; the
 //    mean and variance are two exact passes over registers (one memory read);
-//  - reread: a block streams the row twice; the first pass merges
-//    per-thread Welford statistics (Chan's parallel formula).
+//  - shared (forward only): a block reads the row once into shared memory,
+//    merging per-vector Welford statistics (Chan's parallel formula), and
+//    normalizes it from there;
+//  - reread: the same, reading the row from memory twice.
 // dgamma/dbeta are reduced without float atomics: each warp (register
 // variants) or row chunk (reread) writes its partial sums, and a finalize
 // kernel adds them in a fixed order, so results are bitwise reproducible.
@@ -222,37 +224,80 @@ __device__ __forceinline__ Welford block_welford(Welford w, float (*scratch)[kMa
   return total;
 }
 
-template <class T, int VEC>
-__global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forward_args a) {
-  __shared__ float scratch[3][kMaxWarpsPerBlock];
+// Vectors a thread of the streaming kernels loads before it uses any, so
+// that they are in flight together.
+constexpr int kIssue = 4;
+
+// A block streams each of its rows: pass 1 reads x (+ residual) once and
+// merges per-vector Welford statistics; pass 2 writes the output from the
+// row read again from memory (reread: residual_out when it was written, else
+// x and residual, where L2 may still hold them) or from the copy of
+// x (+ residual) that pass 1 left in shared memory (kStaged). Each thread
+// stages and reads back only its own vectors, so the staging needs no barrier
+// of its own.
+template <class T, int VEC, bool kStaged>
+__device__ __forceinline__ void norm_forward_streamed(const xvk_norm_forward_args &a, Pack<T, VEC> *staged,
+                                                      float (*scratch)[kMaxWarpsPerBlock]) {
+  using P = Pack<T, VEC>;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
-  const int64_t step = int64_t(blockDim.x) * VEC;
+  const int64_t vectors = a.cols / VEC;  // VEC divides cols on the vector path
+  const int64_t stride = blockDim.x;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const float shift = row_shift<T>(a, row);
-    Welford w;  // of h - shift, merged chunk by chunk
-    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
-      float h[VEC], sum = 0.0f, m2 = 0.0f;
-      load_input<T, VEC>(a, row, col, h);
-      if (a.rms) {  // statistics around 0: the mean of squares
+    const P *x = reinterpret_cast<const P *>(static_cast<const T *>(a.x.data) + row * a.x.row_stride);
+    const P *res = a.residual.data
+                       ? reinterpret_cast<const P *>(static_cast<const T *>(a.residual.data) + row * a.residual.row_stride)
+                       : nullptr;
+    Welford w;  // of h - shift, merged vector by vector
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssue * stride) {
+      P raw[kIssue], raw_res[kIssue];
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) m2 += h[i] * h[i];
-        w.merge(float(VEC), 0.0f, m2);
-        continue;
+      for (int u = 0; u < kIssue; ++u)
+        if (v0 + u * stride < vectors) raw[u] = load_global(x + v0 + u * stride);
+      if (res) {
+#pragma unroll
+        for (int u = 0; u < kIssue; ++u)
+          if (v0 + u * stride < vectors) raw_res[u] = load_global(res + v0 + u * stride);
       }
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) sum += h[i] - shift;
-      const float chunk_mean = sum / float(VEC);
+      for (int u = 0; u < kIssue; ++u) {
+        const int64_t v = v0 + u * stride;
+        if (v >= vectors) break;
+        float h[VEC];
+        unpack(raw[u], h);
+        if (res) {
+          float r[VEC];
+          unpack(raw_res[u], r);
+          add_residual<T, VEC>(a, row, v * VEC, h, r);
+          if constexpr (kStaged) staged[v] = to_pack<T, VEC>(h);  // exact: h is rounded to T
+        } else if constexpr (kStaged) {
+          staged[v] = raw[u];
+        }
+        float sum = 0.0f, m2 = 0.0f;
+        if (a.rms) {  // statistics around 0: the mean of squares
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) m2 += (h[i] - shift - chunk_mean) * (h[i] - shift - chunk_mean);
-      w.merge(float(VEC), chunk_mean, m2);
+          for (int i = 0; i < VEC; ++i) m2 += h[i] * h[i];
+          w.merge(float(VEC), 0.0f, m2);
+          continue;
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sum += h[i] - shift;
+        const float chunk_mean = sum * (1.0f / float(VEC));
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) m2 += (h[i] - shift - chunk_mean) * (h[i] - shift - chunk_mean);
+        w.merge(float(VEC), chunk_mean, m2);
+      }
     }
     const Welford total = block_welford(w, scratch);
     const float mean = a.rms ? 0.0f : total.mean;  // of h - shift
     const float rstd = rsqrtf(total.m2 / float(a.cols) + a.epsilon);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
-    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+    for (int64_t v = threadIdx.x; v < vectors; v += stride) {
+      const int64_t col = v * VEC;
       float h[VEC], g[VEC], b[VEC];
-      if (a.residual_out.data)  // h was written in the first pass: one read instead of two
+      if constexpr (kStaged)
+        unpack(staged[v], h);
+      else if (a.residual_out.data)  // h was written in pass 1: one read instead of two
         load_vec<T, VEC>(static_cast<const T *>(a.residual_out.data) + row * a.residual_out.row_stride + col, h);
       else
         load_input<T, VEC>(a, row, col, h);
@@ -266,6 +311,20 @@ __global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forwa
       if (a.rstd) a.rstd[row] = rstd;
     }
   }
+}
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forward_args a) {
+  __shared__ float scratch[3][kMaxWarpsPerBlock];
+  norm_forward_streamed<T, VEC, false>(a, nullptr, scratch);
+}
+
+// The row in shared memory: launched with shared_row_bytes(cols) of it.
+template <class T, int VEC>
+__global__ void __launch_bounds__(1024) norm_forward_shared(const xvk_norm_forward_args a) {
+  __shared__ float scratch[3][kMaxWarpsPerBlock];
+  extern __shared__ uint4 shared_row[];  // one name and type for every instantiation; 16-byte aligned
+  norm_forward_streamed<T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
 // Backward, register variants. partial (when dgamma/dbeta are wanted) gets
@@ -505,6 +564,10 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
     case Variant::kReread:
       status = launch_rows(ctx, c, norm_forward_reread<T, VEC>, "norm_forward_reread", a.rows, 1, a);
       break;
+    case Variant::kShared:
+      status = launch_rows_smem(ctx, c, norm_forward_shared<T, VEC>, "norm_forward_shared", a.rows, 1,
+                                size_t(shared_row_bytes(a.cols, VEC, sizeof(T))), a);
+      break;
   }
   return status;
 }
@@ -567,7 +630,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
       launch(norm_backward_registers<T, VEC, P, G, R>, int64_t(c.threads / G) * R,
              want_params ? size_t(c.threads / ctx.info->warp_size) * G * VEC * sizeof(float) : 0);
     });
-  } else {
+  } else if (c.variant == Variant::kBlock) {
     with_block_packs(c.packs, [&](auto packs) {
       launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, 1, 0);
     });

@@ -4,8 +4,11 @@
 //  - registers: a group of G lanes (or the whole block, G == 0) holds a row
 //    in registers; one read, one write, reductions by shuffles (and shared
 //    memory across warps when the block owns the row);
-//  - reread: a block streams a row twice, keeping an online (max, sum) pair
-//    in the first pass, for rows too wide for registers.
+//  - shared: a block reads a row once into shared memory, keeping an online
+//    (max, sum) pair, and writes the output from there, for rows too wide
+//    for registers;
+//  - reread: the same, reading the row from memory twice, for rows too wide
+//    for shared memory too.
 // Scale, the broadcast additive mask and the causal mask are applied as the
 // logits are loaded (load_logits), so they cost no extra pass.
 #include <cmath>
@@ -48,8 +51,8 @@ struct LogitsRow {
     if (a.mask) mask = static_cast<const T *>(a.mask) + mask_offset(a, row);
     limit = causal_limit(a, row);
   }
-  // z = scale * x + mask, -inf where masked, for columns col .. col + VEC - 1.
-  // Only the vector that the causal limit cuts is tested element by element.
+  // z = scale * x + mask for columns col .. col + VEC - 1, -inf where
+  // masked, with x read from the row.
   template <int VEC>
   __device__ __forceinline__ void load(const xvk_softmax_forward_args &a, int64_t col, float (&z)[VEC]) const {
     if (col >= limit) {
@@ -57,7 +60,19 @@ struct LogitsRow {
       for (int i = 0; i < VEC; ++i) z[i] = kNegInf;
       return;
     }
-    load_vec<T, VEC>(x + col, z);
+    apply(a, col, load_global(reinterpret_cast<const Pack<T, VEC> *>(x + col)), z);
+  }
+  // The same from x's values already loaded (xv). Only the vector that the
+  // causal limit cuts is tested element by element.
+  template <int VEC>
+  __device__ __forceinline__ void apply(const xvk_softmax_forward_args &a, int64_t col, const Pack<T, VEC> &xv,
+                                        float (&z)[VEC]) const {
+    if (col >= limit) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) z[i] = kNegInf;
+      return;
+    }
+    unpack(xv, z);
     if (mask) {
       float m[VEC];
       load_vec<T, VEC>(mask + col, m);
@@ -156,25 +171,48 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   }
 }
 
-template <bool kLog, class T, int VEC>
-__global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_softmax_forward_args a) {
-  __shared__ float scratch[1][kMaxWarpsPerBlock];
-  const int64_t step = int64_t(blockDim.x) * VEC;
+// Vectors a thread of the streaming kernels loads before it uses any, so
+// that they are in flight together.
+constexpr int kIssue = 4;
+
+// A block streams each of its rows: pass 1 reads the row once, keeping an
+// online (max, sum) pair (the sum is rescaled whenever the max grows); pass 2
+// writes the output from the row read again from memory (reread, where L2
+// may still hold it) or from the copy pass 1 left in shared memory (kStaged).
+// Each thread stages and reads back only its own vectors, so the staging
+// needs no barrier of its own. Vectors past the causal limit are never read.
+template <bool kLog, class T, int VEC, bool kStaged>
+__device__ __forceinline__ void softmax_forward_streamed(const xvk_softmax_forward_args &a, Pack<T, VEC> *staged,
+                                                         float (*scratch)[kMaxWarpsPerBlock]) {
+  using P = Pack<T, VEC>;
+  const int64_t vectors = a.cols / VEC;  // VEC divides cols on the vector path
+  const int64_t stride = blockDim.x;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const LogitsRow<T> logits(a, row, true);
-    // Online max and sum: the sum is rescaled whenever the max grows.
+    const P *x = reinterpret_cast<const P *>(logits.x);
+    const int64_t live = (logits.limit + VEC - 1) / VEC;  // vectors with a column the causal mask keeps
     float max = kNegInf, sum = 0.0f;
-    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
-      float z[VEC];
-      logits.load(a, col, z);
-      float new_max = max;
+    for (int64_t v0 = threadIdx.x; v0 < live; v0 += kIssue * stride) {
+      P raw[kIssue];
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) new_max = max_nan(new_max, z[i]);
-      if (new_max == kNegInf) continue;
-      sum *= exp2_fast((max - new_max) * kLog2e);
+      for (int u = 0; u < kIssue; ++u)
+        if (v0 + u * stride < live) raw[u] = load_global(x + v0 + u * stride);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) sum += exp2_fast((z[i] - new_max) * kLog2e);
-      max = new_max;
+      for (int u = 0; u < kIssue; ++u) {
+        const int64_t v = v0 + u * stride;
+        if (v >= live) break;
+        if constexpr (kStaged) staged[v] = raw[u];
+        float z[VEC];
+        logits.apply(a, v * VEC, raw[u], z);
+        float new_max = max;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) new_max = max_nan(new_max, z[i]);
+        if (new_max == kNegInf) continue;
+        sum *= exp2_fast((max - new_max) * kLog2e);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sum += exp2_fast((z[i] - new_max) * kLog2e);
+        max = new_max;
+      }
     }
     float row_max[1] = {max};
     RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
@@ -182,17 +220,34 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_
     RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
     const float shift = exp_shift(row_max[0]), k = output_constant<kLog>(row_max[0], row_sum[0]);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
-    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
+    for (int64_t v = threadIdx.x; v < vectors; v += stride) {
       float z[VEC];
-      logits.load(a, col, z);
+      if (v >= live)
+        logits.apply(a, v * VEC, P{}, z);  // all masked
+      else
+        logits.apply(a, v * VEC, kStaged ? staged[v] : load_global(x + v), z);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         const float d = z[i] - shift;
         z[i] = kLog ? d - k : exp2_fast(d * kLog2e) * k;
       }
-      store_vec<T, VEC>(y + col, z);
+      store_vec<T, VEC>(y + v * VEC, z);
     }
   }
+}
+
+template <bool kLog, class T, int VEC>
+__global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_softmax_forward_args a) {
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
+  softmax_forward_streamed<kLog, T, VEC, false>(a, nullptr, scratch);
+}
+
+// The row in shared memory: launched with shared_row_bytes(cols) of it.
+template <bool kLog, class T, int VEC>
+__global__ void __launch_bounds__(kMaxThreads) softmax_forward_shared(const xvk_softmax_forward_args a) {
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
+  extern __shared__ uint4 shared_row[];  // one name and type for every instantiation; 16-byte aligned
+  softmax_forward_streamed<kLog, T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
 template <class T, int VEC, int PACKS, int G, int ROWS>
@@ -300,6 +355,11 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
         status = launch_rows(ctx, c, softmax_forward_reread<kLog, T, VEC>, "softmax_forward_reread", a.rows, 1, a);
       else
         status = launch_rows(ctx, c, softmax_backward_reread<T, VEC>, "softmax_backward_reread", a.rows, 1, a);
+      break;
+    case Variant::kShared:  // forward only (complete_config)
+      if constexpr (kForward)
+        status = launch_rows_smem(ctx, c, softmax_forward_shared<kLog, T, VEC>, "softmax_forward_shared", a.rows, 1,
+                                  size_t(shared_row_bytes(a.cols, VEC, sizeof(T))), a);
       break;
   }
   return status;

@@ -1,6 +1,7 @@
 #include "cuda/tuning/tuning.hpp"
 
 #include <cstring>
+#include <vector>
 
 namespace xvk::gpu {
 
@@ -48,7 +49,8 @@ const TuningTable &tuning_table_for(const char *arch) {
   return kTuningDefault;
 }
 
-bool complete_config(Config &c, OpKind op, int64_t cols, int warp_size) {
+bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const DeviceLimits &limits) {
+  const int warp_size = limits.warp_size;
   const int64_t vectors = ceil_div(cols, c.vec);
   if (c.blocks_per_sm < 0) return false;
   switch (c.variant) {
@@ -72,11 +74,18 @@ bool complete_config(Config &c, OpKind op, int64_t cols, int warp_size) {
     case Variant::kReread:
       c.rows = 1;
       return c.threads >= warp_size && c.threads <= kMaxThreads && c.threads % warp_size == 0;
+    case Variant::kShared: {
+      c.rows = 1;
+      const int elem_size = dtype == 0 ? 4 : 2;  // XVK_DTYPE_F32, else a 16-bit type
+      const bool fits = shared_row_bytes(cols, c.vec, elem_size) + kSharedReserve <= limits.max_shared_bytes;
+      return !is_backward(op) && fits && c.threads >= warp_size && c.threads <= kMaxThreads &&
+             c.threads % warp_size == 0;
+    }
   }
   return false;
 }
 
-Config default_config(OpKind op, int64_t cols, int vec, int warp_size) {
+Config default_config(OpKind op, int dtype, int64_t cols, int vec, const DeviceLimits &limits) {
   const int64_t vectors = ceil_div(cols, vec);
   Config c;
   c.vec = vec;
@@ -93,19 +102,56 @@ Config default_config(OpKind op, int64_t cols, int vec, int warp_size) {
   } else {  // a block per row while the row fits in registers: the fewest packs that fit
     c.variant = Variant::kBlock;
     for (c.packs = 1; c.packs <= kMaxBlockPacks; c.packs *= 2)
-      if (complete_config(c, op, cols, warp_size)) return c;
+      if (complete_config(c, op, dtype, cols, limits)) return c;
   }
-  if (c.variant != Variant::kBlock && complete_config(c, op, cols, warp_size)) return c;
+  if (c.variant != Variant::kBlock && complete_config(c, op, dtype, cols, limits)) return c;
+  // Too wide for registers: a forward keeps the row in shared memory while it
+  // fits there (one read of it), anything else streams it twice.
   c = Config{};
-  c.variant = Variant::kReread;
+  c.variant = Variant::kShared;
   c.vec = vec;
   c.threads = 512;
-  complete_config(c, op, cols, warp_size);
+  if (complete_config(c, op, dtype, cols, limits)) return c;
+  c.variant = Variant::kReread;
+  complete_config(c, op, dtype, cols, limits);
   return c;
 }
 
+std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int vec, const DeviceLimits &limits) {
+  std::vector<Config> out;
+  for (int g = 1; g <= 32; g *= 2)
+    for (int rows = 1; rows <= 2; ++rows)
+      for (int threads : {128, 256, 512}) {
+        Config c;
+        c.variant = Variant::kGroup, c.vec = vec, c.group = g, c.rows = rows, c.threads = threads;
+        if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
+      }
+  for (int packs = 1; packs <= kMaxBlockPacks; packs *= 2) {
+    Config c;
+    c.variant = Variant::kBlock, c.vec = vec, c.packs = packs;
+    if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
+  }
+  for (Variant v : {Variant::kReread, Variant::kShared})
+    for (int threads : {256, 512, 1024}) {
+      Config c;
+      c.variant = v, c.vec = vec, c.threads = threads;
+      if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
+    }
+  // Capping resident blocks keeps a re-read row in L2 between its two passes,
+  // and makes fewer partial sums for the norm backward.
+  const size_t base = out.size();
+  for (size_t i = 0; i < base; ++i)
+    if (out[i].variant == Variant::kReread || op == OpKind::kNormBackward)
+      for (int cap : {1, 2}) {
+        Config c = out[i];
+        c.blocks_per_sm = cap;
+        out.push_back(c);
+      }
+  return out;
+}
+
 Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t rows, int64_t cols, int vec,
-                     int warp_size) {
+                     const DeviceLimits &limits) {
   // Tables are tuned on the vector path; the scalar path (odd sizes, unaligned
   // tensors) takes the default rule.
   if (vec > 1) {
@@ -120,11 +166,11 @@ Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t row
       c.packs = e.packs;
       c.threads = e.threads;
       c.blocks_per_sm = e.blocks_per_sm;
-      if (complete_config(c, op, cols, warp_size)) return c;
+      if (complete_config(c, op, dtype, cols, limits)) return c;
       break;
     }
   }
-  return default_config(op, cols, vec, warp_size);
+  return default_config(op, dtype, cols, vec, limits);
 }
 
 }  // namespace xvk::gpu

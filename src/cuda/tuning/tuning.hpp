@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace xvk::gpu {
 
@@ -12,6 +13,7 @@ enum class Variant : int {
   kGroup = 0,   // a group of G <= warp lanes owns a row (ROWS rows at once), row in registers
   kBlock = 1,   // a whole block owns a row, row in registers, block-wide reductions
   kReread = 2,  // a whole block owns a row and streams it from memory twice
+  kShared = 3,  // a whole block owns a row and keeps it in shared memory between its passes (forward only)
 };
 
 // Instantiated shapes: group widths 1..32 (a sub-warp on any vendor), packs
@@ -32,6 +34,20 @@ inline constexpr bool is_backward(OpKind op) {
 // element. Checked against the compiler's spill report (ptxas -v).
 inline constexpr int register_kernel_max_threads(bool backward, int elems) {
   return backward ? (elems <= 8 ? 1024 : elems <= 16 ? 512 : 256) : (elems <= 32 ? 1024 : 512);
+}
+
+// What a configuration must fit on the device that runs it.
+struct DeviceLimits {
+  int warp_size = 32;
+  int max_shared_bytes = 0;  // dynamic shared memory one block may have (0: no kShared)
+};
+
+// kShared keeps the row as stored (the call's dtype), in whole vectors, in
+// dynamic shared memory; the kernels' own static shared memory stays below
+// the reserve.
+inline constexpr int kSharedReserve = 1024;
+inline constexpr int64_t shared_row_bytes(int64_t cols, int vec, int elem_size) {
+  return (cols + vec - 1) / vec * vec * elem_size;
 }
 
 struct Config {
@@ -86,12 +102,17 @@ const TuningTable &tuning_table_for(const char *arch);
 // does not fit the call (say, too many threads) falls back to the default
 // rule, never to a failure.
 Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t rows, int64_t cols, int vec,
-                     int warp_size);
+                     const DeviceLimits &limits);
 
 // The default rule: registers while a row fits, re-reading beyond.
-Config default_config(OpKind op, int64_t cols, int vec, int warp_size);
+Config default_config(OpKind op, int dtype, int64_t cols, int vec, const DeviceLimits &limits);
 
-// Fills in packs/threads for a variant and checks it can run; false if not.
-bool complete_config(Config &c, OpKind op, int64_t cols, int warp_size);
+// Every configuration the tuner times for a call (those complete_config
+// accepts), which the variant suite also runs one by one.
+std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int vec, const DeviceLimits &limits);
+
+// Fills in packs/threads for a variant and checks it can run on a call of
+// `cols` columns of `dtype`; false if not.
+bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const DeviceLimits &limits);
 
 }  // namespace xvk::gpu
