@@ -5,7 +5,7 @@
 #   demo       xvk-demo on the best backend
 #   test       every suite through ctest (bindings and packaging need Debian's tools)
 #   gputest    the GPU suite alone (ctest -L gpu)
-#   sanitize   the GPU suite under compute-sanitizer memcheck and racecheck
+#   sanitize   the GPU suite and the variant suite (XVK_TEST_QUICK=1) under compute-sanitizer memcheck and racecheck
 #   tune       xvk-tune, writing src/cuda/tuning/sm90.cpp, then rebuild
 #   bench      xvk-bench and bench/torch_bench.py, joined by bench/compare.py
 #   quickbench the same on a few shapes
@@ -62,6 +62,9 @@ for stage in "$@"; do
         XVK_TEST_QUICK=1 XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 230 compute-sanitizer --tool $tool --error-exitcode 9 \
           $BUILD/bin/test_gpu_ops --test-case-exclude='*2^31*,*65535*' >"$OUT/sanitizer-$tool.log" 2>&1
         echo "$tool exit $?"; tail -4 "$OUT/sanitizer-$tool.log"
+        XVK_TEST_QUICK=1 timeout 230 compute-sanitizer --tool $tool --error-exitcode 9 \
+          $BUILD/bin/test_gpu_variants >"$OUT/sanitizer-variants-$tool.log" 2>&1
+        echo "variants $tool exit $?"; tail -4 "$OUT/sanitizer-variants-$tool.log"
       done ;;
     bntest)
       # The BatchNorm GPU suite as the tuning table picks, then with the single-pass forward forced

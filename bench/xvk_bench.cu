@@ -109,6 +109,7 @@ const char *variant_name(xvk::gpu::Variant v) {
     case xvk::gpu::Variant::kBlock: return "block";
     case xvk::gpu::Variant::kReread: return "reread";
     case xvk::gpu::Variant::kShared: return "shared";
+    case xvk::gpu::Variant::kRereadSums: return "rereadsums";
   }
   return "?";
 }

@@ -54,6 +54,8 @@ std::string describe(const Config &c) {
     std::snprintf(s, sizeof s, "group G=%d packs=%d rows=%d threads=%d", c.group, c.packs, c.rows, c.threads);
   else if (c.variant == Variant::kBlock)
     std::snprintf(s, sizeof s, "block packs=%d threads=%d", c.packs, c.threads);
+  else if (c.variant == Variant::kRereadSums)
+    std::snprintf(s, sizeof s, "reread-sums packs=%d threads=%d", c.packs, c.threads);
   else
     std::snprintf(s, sizeof s, "%s threads=%d", c.variant == Variant::kShared ? "shared" : "reread", c.threads);
   if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), " blocks/SM<=%d", c.blocks_per_sm);

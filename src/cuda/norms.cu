@@ -6,7 +6,9 @@
 //  - shared (forward only): a block reads the row once into shared memory,
 //    merging per-vector Welford statistics (Chan's parallel formula), and
 //    normalizes it from there;
-//  - reread: the same, reading the row from memory twice.
+//  - reread: the same, reading the row from memory twice; its backward
+//    keeps dgamma/dbeta sums in registers while they fit (kRereadSums),
+//    else sums them in a separate pass over columns.
 // dgamma/dbeta are reduced without float atomics: each warp (register
 // variants) or row chunk (reread) writes its partial sums, and a finalize
 // kernel adds them in a fixed order, so results are bitwise reproducible.
@@ -487,6 +489,74 @@ __global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_back
   }
 }
 
+// Backward for rows too wide for the register variants whose dgamma/dbeta
+// columns still fit: a block owns a row and reads it twice (the row sums,
+// then dx; L2 may still hold it), and each thread keeps the dgamma/dbeta sums
+// of its PACKS vectors of columns in registers across rows, as the register
+// variants do, so no column pass reads x and dy a third time. partial gets one
+// row of [2][cols] sums per block.
+template <class T, int VEC, int PACKS>
+__global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC))
+    norm_backward_reread_sums(const xvk_norm_backward_args a, float *partial) {
+  __shared__ float scratch[2][kMaxWarpsPerBlock];
+  const RowMapping<0, 1> map;
+  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  const float inv_cols = 1.0f / float(a.cols);
+  float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {}, unused[VEC];
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T *x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
+    const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
+    const float mean = a.mean ? a.mean[row] : 0.0f, rstd = a.rstd[row];
+    // Loads are issued pack by pack: with the sums held in registers, all of
+    // a row's packs at once would spill.
+    float sums[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const int col = map.col(p, VEC);
+      if (col >= a.cols) continue;
+      float xv[VEC], dyv[VEC], g[VEC];
+      load_pack<T, VEC>(x + col, xv);
+      load_pack<T, VEC>(dy + col, dyv);
+      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, g, unused);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float dyg = dyv[i] * g[i];
+        sums[0] += dyg;
+        sums[1] += dyg * (xv[i] - mean) * rstd;
+      }
+    }
+    RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
+    const float c1 = a.rms ? 0.0f : sums[0] * inv_cols, c2 = sums[1] * inv_cols;
+    T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const int col = map.col(p, VEC);
+      if (col >= a.cols) continue;
+      float xv[VEC], dyv[VEC], g[VEC], out[VEC];
+      load_pack<T, VEC>(x + col, xv);
+      load_pack<T, VEC>(dy + col, dyv);
+      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, g, unused);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float xhat = (xv[i] - mean) * rstd;
+        out[i] = rstd * (dyv[i] * g[i] - c1 - xhat * c2);
+        acc_g[p][i] += dyv[i] * xhat;
+        acc_b[p][i] += dyv[i];
+      }
+      store_vec<T, VEC>(dx + col, out);
+    }
+  }
+  if (!partial) return;
+  float *pg = partial + int64_t(blockIdx.x) * 2 * a.cols, *pb = pg + a.cols;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = map.col(p, VEC);
+    if (col >= a.cols) continue;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[p][i], pb[col + i] = acc_b[p][i];
+  }
+}
+
 // dgamma/dbeta partials for rows too wide for the register variants: block
 // (x, y) sums columns [x * blockDim.x * VEC, ...) over row chunk y.
 template <class T, int VEC>
@@ -607,7 +677,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     return status == XVK_SUCCESS ? finalize(ctx, a, static_cast<const float *>(partial), parts) : status;
   }
   // smem: the group variants' cross-warp sums of one pack of columns.
-  auto launch = [&](auto kernel, int64_t rows_per_block, size_t smem) {
+  auto launch = [&](auto kernel, const char *name, int64_t rows_per_block, size_t smem) {
     const int resident = ctx.blocks_per_sm(kernel, c.threads, smem);
     const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident, c.blocks_per_sm);
     float *partial = nullptr;
@@ -621,18 +691,23 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
       partial = static_cast<float *>(p);
     }
     kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, partial);
-    status = check_launch("norm_backward_registers");
+    status = check_launch(name);
     if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, partial, parts);
   };
   if (c.variant == Variant::kGroup) {
     with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
       constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
-      launch(norm_backward_registers<T, VEC, P, G, R>, int64_t(c.threads / G) * R,
+      launch(norm_backward_registers<T, VEC, P, G, R>, "norm_backward_registers", int64_t(c.threads / G) * R,
              want_params ? size_t(c.threads / ctx.info->warp_size) * G * VEC * sizeof(float) : 0);
     });
   } else if (c.variant == Variant::kBlock) {
     with_block_packs(c.packs, [&](auto packs) {
-      launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, 1, 0);
+      launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, "norm_backward_registers", 1, 0);
+    });
+  } else if (c.variant == Variant::kRereadSums) {
+    with_block_packs(c.packs, [&](auto packs) {
+      constexpr int P = decltype(packs)::value;
+      if constexpr (P * VEC <= kMaxRereadSumsElems) launch(norm_backward_reread_sums<T, VEC, P>, "norm_backward_reread_sums", 1, 0);
     });
   }
   return status;

@@ -74,6 +74,13 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
     case Variant::kReread:
       c.rows = 1;
       return c.threads >= warp_size && c.threads <= kMaxThreads && c.threads % warp_size == 0;
+    case Variant::kRereadSums: {
+      c.rows = 1;
+      if (op != OpKind::kNormBackward || c.threads < 2 * warp_size || c.threads % warp_size != 0) return false;
+      c.packs = next_pow2(ceil_div(vectors, c.threads));
+      const int elems = c.packs * c.vec;
+      return c.packs <= kMaxBlockPacks && elems <= kMaxRereadSumsElems && c.threads <= reread_sums_max_threads(elems);
+    }
     case Variant::kShared: {
       c.rows = 1;
       const int elem_size = dtype == 0 ? 4 : 2;  // XVK_DTYPE_F32, else a 16-bit type
@@ -131,7 +138,7 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
     c.variant = Variant::kBlock, c.vec = vec, c.packs = packs;
     if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
   }
-  for (Variant v : {Variant::kReread, Variant::kShared})
+  for (Variant v : {Variant::kReread, Variant::kShared, Variant::kRereadSums})
     for (int threads : {256, 512, 1024}) {
       Config c;
       c.variant = v, c.vec = vec, c.threads = threads;

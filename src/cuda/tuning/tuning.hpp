@@ -14,6 +14,7 @@ enum class Variant : int {
   kBlock = 1,   // a whole block owns a row, row in registers, block-wide reductions
   kReread = 2,  // a whole block owns a row and streams it from memory twice
   kShared = 3,  // a whole block owns a row and keeps it in shared memory between its passes (forward only)
+  kRereadSums = 4,  // norm backward: reread, each thread keeping the dgamma/dbeta sums of its columns in registers
 };
 
 // Instantiated shapes: group widths 1..32 (a sub-warp on any vendor), packs
@@ -36,6 +37,11 @@ inline constexpr int register_kernel_max_threads(bool backward, int elems) {
   return backward ? (elems <= 8 ? 1024 : elems <= 16 ? 512 : 256) : (elems <= 32 ? 1024 : 512);
 }
 
+// kRereadSums: the columns a thread keeps dgamma/dbeta sums for (packs * vec,
+// two floats each) at most, and the launch bound that keeps them in registers.
+inline constexpr int kMaxRereadSumsElems = 32;
+inline constexpr int reread_sums_max_threads(int elems) { return elems <= 16 ? 1024 : 512; }
+
 // What a configuration must fit on the device that runs it.
 struct DeviceLimits {
   int warp_size = 32;
@@ -54,7 +60,7 @@ struct Config {
   Variant variant = Variant::kReread;
   int vec = 1;       // elements per memory access (16 bytes worth, or 1)
   int group = 0;     // kGroup: lanes per row
-  int packs = 1;     // kGroup, kBlock: vectors per lane per row
+  int packs = 1;     // kGroup, kBlock, kRereadSums: vectors per lane per row
   int rows = 1;      // kGroup: rows per group at once (1 or 2)
   int threads = 256; // threads per block
   int blocks_per_sm = 0;  // cap on resident blocks per SM used for the grid; 0: as many as fit
@@ -74,7 +80,7 @@ struct TuningEntry {
   int group;      // kGroup: lanes per row
   int rows;       // kGroup: rows per group
   int packs;      // kBlock: vectors per lane (threads follow from cols)
-  int threads;    // kGroup, kReread: threads per block
+  int threads;    // kGroup, kReread, kShared, kRereadSums: threads per block
   int blocks_per_sm;  // 0: as many as fit; else a cap (keeps re-read rows in L2, bounds partial sums)
 };
 
