@@ -44,7 +44,7 @@ inline constexpr int reread_sums_max_threads(int elems) { return elems <= 16 ? 1
 
 // What a configuration must fit on the device that runs it.
 struct DeviceLimits {
-  int warp_size = 32;
+  int warp_size = 0;         // the device's (DeviceInfo::warp_size): no default
   int max_shared_bytes = 0;  // dynamic shared memory one block may have (0: no kShared)
 };
 
