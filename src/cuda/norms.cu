@@ -450,41 +450,59 @@ __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC 
   }
 }
 
+// The streamed backward kernels' work on one vector of a row: its share of
+// the row sums (of dy * g and of dy * g * xhat), then, from the row's c1 and
+// c2, dx = rstd * (dy * g - c1 - xhat * c2), leaving xhat for dgamma.
+template <class T, int VEC>
+__device__ __forceinline__ void add_backward_sums(const xvk_norm_backward_args &a, int64_t col, const float (&xv)[VEC],
+                                                  const float (&dyv)[VEC], float mean, float rstd, float (&sums)[2]) {
+  float g[VEC], unused[VEC];
+  load_affine<T, VEC>(a.gamma, nullptr, a.param_dtype == XVK_DTYPE_F32, a.zero_centered_gamma, col, g, unused);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const float dyg = dyv[i] * g[i];
+    sums[0] += dyg;
+    sums[1] += dyg * (xv[i] - mean) * rstd;
+  }
+}
+template <class T, int VEC>
+__device__ __forceinline__ void backward_dx(const xvk_norm_backward_args &a, int64_t col, const float (&xv)[VEC],
+                                            const float (&dyv)[VEC], float mean, float rstd, float c1, float c2,
+                                            float (&xhat)[VEC], float (&dx)[VEC]) {
+  float g[VEC], unused[VEC];
+  load_affine<T, VEC>(a.gamma, nullptr, a.param_dtype == XVK_DTYPE_F32, a.zero_centered_gamma, col, g, unused);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    xhat[i] = (xv[i] - mean) * rstd;
+    dx[i] = rstd * (dyv[i] * g[i] - c1 - xhat[i] * c2);
+  }
+}
+
 template <class T, int VEC>
 __global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_backward_args a) {
   __shared__ float scratch[2][kMaxWarpsPerBlock];
-  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   const int64_t step = int64_t(blockDim.x) * VEC;
   const float inv_cols = 1.0f / float(a.cols);
-  float unused[VEC];
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
     const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
     const float mean = a.mean ? a.mean[row] : 0.0f, rstd = a.rstd[row];
     float sums[2] = {0.0f, 0.0f};
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
-      float xv[VEC], dyv[VEC], g[VEC];
+      float xv[VEC], dyv[VEC];
       load_vec<T, VEC>(x + col, xv);
       load_vec<T, VEC>(dy + col, dyv);
-      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, g, unused);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float dyg = dyv[i] * g[i];
-        sums[0] += dyg;
-        sums[1] += dyg * (xv[i] - mean) * rstd;
-      }
+      add_backward_sums<T, VEC>(a, col, xv, dyv, mean, rstd, sums);
     }
     RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
     const float c1 = a.rms ? 0.0f : sums[0] * inv_cols, c2 = sums[1] * inv_cols;
     T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
-      float xv[VEC], dyv[VEC], g[VEC];
+      float xv[VEC], dyv[VEC], xhat[VEC], out[VEC];
       load_vec<T, VEC>(x + col, xv);
       load_vec<T, VEC>(dy + col, dyv);
-      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, g, unused);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) xv[i] = rstd * (dyv[i] * g[i] - c1 - (xv[i] - mean) * rstd * c2);
-      store_vec<T, VEC>(dx + col, xv);
+      backward_dx<T, VEC>(a, col, xv, dyv, mean, rstd, c1, c2, xhat, out);
+      store_vec<T, VEC>(dx + col, out);
     }
   }
 }
@@ -500,9 +518,8 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC))
     norm_backward_reread_sums(const xvk_norm_backward_args a, float *partial) {
   __shared__ float scratch[2][kMaxWarpsPerBlock];
   const RowMapping<0, 1> map;
-  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   const float inv_cols = 1.0f / float(a.cols);
-  float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {}, unused[VEC];
+  float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {};
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
     const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
@@ -514,16 +531,10 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC))
     for (int p = 0; p < PACKS; ++p) {
       const int col = map.col(p, VEC);
       if (col >= a.cols) continue;
-      float xv[VEC], dyv[VEC], g[VEC];
+      float xv[VEC], dyv[VEC];
       load_pack<T, VEC>(x + col, xv);
       load_pack<T, VEC>(dy + col, dyv);
-      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, g, unused);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float dyg = dyv[i] * g[i];
-        sums[0] += dyg;
-        sums[1] += dyg * (xv[i] - mean) * rstd;
-      }
+      add_backward_sums<T, VEC>(a, col, xv, dyv, mean, rstd, sums);
     }
     RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
     const float c1 = a.rms ? 0.0f : sums[0] * inv_cols, c2 = sums[1] * inv_cols;
@@ -532,15 +543,13 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC))
     for (int p = 0; p < PACKS; ++p) {
       const int col = map.col(p, VEC);
       if (col >= a.cols) continue;
-      float xv[VEC], dyv[VEC], g[VEC], out[VEC];
+      float xv[VEC], dyv[VEC], xhat[VEC], out[VEC];
       load_pack<T, VEC>(x + col, xv);
       load_pack<T, VEC>(dy + col, dyv);
-      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, g, unused);
+      backward_dx<T, VEC>(a, col, xv, dyv, mean, rstd, c1, c2, xhat, out);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        const float xhat = (xv[i] - mean) * rstd;
-        out[i] = rstd * (dyv[i] * g[i] - c1 - xhat * c2);
-        acc_g[p][i] += dyv[i] * xhat;
+        acc_g[p][i] += dyv[i] * xhat[i];
         acc_b[p][i] += dyv[i];
       }
       store_vec<T, VEC>(dx + col, out);
