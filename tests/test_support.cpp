@@ -158,6 +158,23 @@ std::vector<double> agreement_floor(const std::vector<double> &reference, double
   return floor;
 }
 
+std::vector<double> norm_dx_row_floor(const std::vector<float> &dy, const std::vector<float> &rstd,
+                                      const std::vector<float> &gamma, bool zero_centered) {
+  if (rstd.empty() || dy.size() % rstd.size() != 0)
+    throw std::invalid_argument("norm_dx_row_floor: " + std::to_string(rstd.size()) + " rows for " +
+                                std::to_string(dy.size()) + " elements");
+  double gmax = 1;
+  for (float g : gamma) gmax = std::max(gmax, double(std::fabs(g)) + (zero_centered ? 1.0 : 0.0));
+  const size_t cols = dy.size() / rstd.size();
+  std::vector<double> floor(rstd.size());
+  for (size_t r = 0; r < rstd.size(); ++r) {
+    double dmax = 0;
+    for (size_t c = 0; c < cols; ++c) dmax = std::max(dmax, double(std::fabs(dy[r * cols + c])));
+    floor[r] = std::fabs(double(rstd[r])) * dmax * gmax;
+  }
+  return floor;
+}
+
 // ---------------------------------------------------------------------------
 // Contexts
 // ---------------------------------------------------------------------------

@@ -144,6 +144,13 @@ double max_finite_magnitude(const std::vector<T> &values) {
 std::vector<double> agreement_floor(const std::vector<double> &reference, double input_scale,
                                     const std::vector<double> &row_floor = {});
 
+// The row floor of the norms' dx (LayerNorm and RMSNorm backward), which is
+// rstd * (dy * g - c1 - xhat * c2): its error follows rstd * max|dy| * max|g|
+// over its row, g being gamma (+ 1 when zero-centered; at least 1). dy holds
+// rows x (dy.size() / rows) values, rstd one per row.
+std::vector<double> norm_dx_row_floor(const std::vector<float> &dy, const std::vector<float> &rstd,
+                                      const std::vector<float> &gamma, bool zero_centered);
+
 // ---------------------------------------------------------------------------
 // Contexts and tensors
 // ---------------------------------------------------------------------------

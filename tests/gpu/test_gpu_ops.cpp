@@ -264,15 +264,7 @@ void check_norm(bool rms, DType t, DType pt, std::vector<int64_t> shape, int nd,
   // Backward from the forward's input (h when a residual was added) and its statistics.
   const std::vector<float> &h = residual ? out[1] : x;
   const std::vector<float> &saved_mean = rms ? x : out[residual ? 2 : 1], &saved_rstd = out.back();
-  // dx is rstd * (dy * g - c1 - xhat * c2): its error follows rstd * |dy * g|.
-  double gmax = 1;
-  for (float g : gamma) gmax = std::max(gmax, double(std::fabs(g)) + (zero_centered ? 1.0 : 0.0));
-  std::vector<double> dx_floor(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    double dmax = 0;
-    for (int64_t c = 0; c < cols; ++c) dmax = std::max(dmax, double(std::fabs(dy[size_t(r * cols + c)])));
-    dx_floor[size_t(r)] = std::fabs(double(saved_rstd[size_t(r)])) * dmax * gmax;
-  }
+  const std::vector<double> dx_floor = norm_dx_row_floor(dy, saved_rstd, gamma, zero_centered);
   std::vector<Arg> bwd = {input("dy", shape, t, l, dy),
                           input("x", shape, t, l, h),
                           input("gamma", pshape, pt, params, gamma, !affine),

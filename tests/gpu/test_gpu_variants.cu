@@ -88,9 +88,8 @@ struct Twin {
 };
 
 std::string describe(const gpu::Config &c) {
-  const char *names[] = {"group", "block", "reread", "shared", "reread_sums"};
   char s[96];
-  std::snprintf(s, sizeof s, "%s G=%d packs=%d rows=%d threads=%d vec=%d blocks/SM<=%d", names[int(c.variant)],
+  std::snprintf(s, sizeof s, "%s G=%d packs=%d rows=%d threads=%d vec=%d blocks/SM<=%d", gpu::variant_name(c.variant),
                 c.group, c.packs, c.rows, c.threads, c.vec, c.blocks_per_sm);
   return s;
 }
@@ -267,17 +266,8 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
         b.mean = rms ? nullptr : static_cast<const float *>(saved_mean.dev);
         b.rstd = static_cast<const float *>(saved_rstd.dev);
         b.dgamma = dgamma.dev, b.dbeta = rms ? nullptr : dbeta.dev;
-        // dx is rstd * (dy * g - c1 - xhat * c2): its error follows rstd * |dy * g|.
-        double gmax = 1;
-        for (float g : gv) gmax = std::max(gmax, double(std::fabs(g)) + (rms ? 1.0 : 0.0));
-        std::vector<double> dx_floor(static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r) {
-          double dmax = 0;
-          for (int64_t c = 0; c < cols; ++c) dmax = std::max(dmax, double(std::fabs(dyv[size_t(r * cols + c)])));
-          dx_floor[size_t(r)] = std::fabs(double(rstd_v[size_t(r)])) * dmax * gmax;
-        }
         std::vector<Twin *> bouts = {&dx, &dgamma};
-        std::vector<std::vector<double>> bfloors = {dx_floor, {}};
+        std::vector<std::vector<double>> bfloors = {norm_dx_row_floor(dyv, rstd_v, gv, rms), {}};
         if (!rms) bouts.push_back(&dbeta), bfloors.push_back({});
         check_configs(what + " backward", gpu::OpKind::kNormBackward, t, cols, vec,
                       std::max(max_finite_magnitude(hv), max_finite_magnitude(dyv)), bouts, bfloors,
