@@ -103,17 +103,6 @@ struct Result {
   std::string variant;
 };
 
-const char *variant_name(xvk::gpu::Variant v) {
-  switch (v) {
-    case xvk::gpu::Variant::kGroup: return "group";
-    case xvk::gpu::Variant::kBlock: return "block";
-    case xvk::gpu::Variant::kReread: return "reread";
-    case xvk::gpu::Variant::kShared: return "shared";
-    case xvk::gpu::Variant::kRereadSums: return "rereadsums";
-  }
-  return "?";
-}
-
 // What the tuning table picks for a contiguous case on this device.
 std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, int64_t cols) {
   using namespace xvk::gpu;

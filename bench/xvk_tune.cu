@@ -52,12 +52,8 @@ std::string describe(const Config &c) {
   char s[96];
   if (c.variant == Variant::kGroup)
     std::snprintf(s, sizeof s, "group G=%d packs=%d rows=%d threads=%d", c.group, c.packs, c.rows, c.threads);
-  else if (c.variant == Variant::kBlock)
-    std::snprintf(s, sizeof s, "block packs=%d threads=%d", c.packs, c.threads);
-  else if (c.variant == Variant::kRereadSums)
-    std::snprintf(s, sizeof s, "reread-sums packs=%d threads=%d", c.packs, c.threads);
   else
-    std::snprintf(s, sizeof s, "%s threads=%d", c.variant == Variant::kShared ? "shared" : "reread", c.threads);
+    std::snprintf(s, sizeof s, "%s packs=%d threads=%d", variant_name(c.variant), c.packs, c.threads);
   if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), " blocks/SM<=%d", c.blocks_per_sm);
   return s;
 }

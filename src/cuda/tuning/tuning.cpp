@@ -124,6 +124,17 @@ Config default_config(OpKind op, int dtype, int64_t cols, int vec, const DeviceL
   return c;
 }
 
+const char *variant_name(Variant v) {
+  switch (v) {
+    case Variant::kGroup: return "group";
+    case Variant::kBlock: return "block";
+    case Variant::kReread: return "reread";
+    case Variant::kShared: return "shared";
+    case Variant::kRereadSums: return "rereadsums";
+  }
+  return "?";
+}
+
 std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int vec, const DeviceLimits &limits) {
   std::vector<Config> out;
   for (int g = 1; g <= 32; g *= 2)

@@ -113,6 +113,9 @@ Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t row
 // The default rule: registers while a row fits, re-reading beyond.
 Config default_config(OpKind op, int dtype, int64_t cols, int vec, const DeviceLimits &limits);
 
+// The variant's name in benchmark tables and tool output ("group", "shared", ...).
+const char *variant_name(Variant v);
+
 // Every configuration the tuner times for a call (those complete_config
 // accepts), which the variant suite also runs one by one.
 std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int vec, const DeviceLimits &limits);
