@@ -256,6 +256,20 @@ __device__ __forceinline__ uint32_t gate_bits(const T *y, const uint32_t *mask, 
   return bits;
 }
 
+// One vector of the backward: g = dy where its gate bit is set (else 0), and
+// dx = a * g + b * (x - center) + c. coef_of(j) gives element j's
+// coefficients and is called for j = 0, 1, ... in order.
+template <int VEC, class CoefOf>
+__device__ __forceinline__ void backward_vector(float (&g)[VEC], const float (&xf)[VEC], uint32_t gate, CoefOf coef_of,
+                                                float (&out)[VEC]) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const Coef k = coef_of(j);
+    g[j] = (gate >> j) & 1u ? g[j] : 0.0f;
+    out[j] = k.a * g[j] + k.b * (xf[j] - k.center) + k.c;
+  }
+}
+
 // dx = a * g + b * (x - mean) + c, dz = g, with g = dy gated by ReLU. One
 // vector per thread, grid-stride (no mask word to assemble, so no warp walk).
 template <class T, int VEC, bool UNIFORM>
@@ -275,12 +289,10 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
     float g[VEC], xf[VEC], out[VEC];
     unpack(dys, g);
     unpack(xs, xf);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
+    backward_vector(g, xf, bits, [&](int j) {
       if (!UNIFORM && j > 0 && step_channel(sh, ch, r)) k = coef[ch];
-      g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
-      out[j] = k.a * g[j] + k.b * (xf[j] - k.center) + k.c;
-    }
+      return k;
+    }, out);
     if (dz) store_tail<T, VEC>(dz, e, sh.numel, g);
     store_tail<T, VEC>(dx, e, sh.numel, out);
   }
@@ -341,11 +353,7 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply_rows
     float g[VEC], xf[VEC], out[VEC];
     unpack(dys, g);
     unpack(xs, xf);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      g[j] = (bits >> j) & 1u ? g[j] : 0.0f;
-      out[j] = k[j].a * g[j] + k[j].b * (xf[j] - k[j].center) + k[j].c;
-    }
+    backward_vector(g, xf, bits, [&](int j) { return k[j]; }, out);
     if (dz) store_vec<T, VEC>(dz + e, g);
     store_vec<T, VEC>(dx + e, out);
   }
