@@ -4,9 +4,9 @@
 //  - registers: a group of G lanes (or the whole block) holds the row; the
 //    mean and variance are two exact passes over registers (one memory read);
 //  - shared (forward only): a block reads the row once into shared memory,
-//    merging per-vector Welford statistics (Chan's parallel formula), and
-//    normalizes it from there;
-//  - reread: the same, reading the row from memory twice; its backward
+//    summing it, then takes the variance and normalizes the row from there;
+//  - reread: reads the row from memory twice, merging per-vector Welford
+//    statistics (Chan's parallel formula) in the first read; its backward
 //    keeps dgamma/dbeta sums in registers while they fit (kRereadSums),
 //    else sums them in a separate pass over columns.
 // dgamma/dbeta are reduced without float atomics: each warp (register
@@ -227,21 +227,27 @@ __device__ __forceinline__ Welford block_welford(Welford w, float (*scratch)[kMa
 }
 
 // Vectors a thread of the streaming kernels loads before it uses any, so
-// that they are in flight together.
-constexpr int kIssue = 4;
+// that they are in flight together: 4, or 3 of 16-bit types (8 floats each
+// once unpacked; with 4, ptxas spilled under the 1024-thread register bound).
+template <class T>
+inline constexpr int kIssue = sizeof(T) == 2 ? 3 : 4;
 
-// A block streams each of its rows: pass 1 reads x (+ residual) once and
-// merges per-vector Welford statistics; pass 2 writes the output from the
-// row read again from memory (reread: residual_out when it was written, else
-// x and residual, where L2 may still hold them) or from the copy of
-// x (+ residual) that pass 1 left in shared memory (kStaged). Each thread
-// stages and reads back only its own vectors, so the staging needs no barrier
-// of its own.
+// A block streams each of its rows: pass 1 reads x (+ residual) once, pass 2
+// writes the output from the row read again from memory (reread:
+// residual_out when it was written, else x and residual, where L2 may still
+// hold them) or from the copy of x (+ residual) that pass 1 left in shared
+// memory (kStaged). Each thread stages and reads back only its own vectors,
+// so the staging needs no barrier of its own.
+// Statistics: RMSNorm sums squares in pass 1. LayerNorm sums h - shift in
+// pass 1; staged, its variance is then an exact second pass over shared
+// memory, and re-reading, pass 1 merges per-vector Welford statistics
+// instead (a division per vector, but no third read of memory).
 template <class T, int VEC, bool kStaged>
 __device__ __forceinline__ void norm_forward_streamed(const xvk_norm_forward_args &a, Pack<T, VEC> *staged,
                                                       float (*scratch)[kMaxWarpsPerBlock]) {
   using P = Pack<T, VEC>;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  const bool welford = !kStaged && !a.rms;
   const int64_t vectors = a.cols / VEC;  // VEC divides cols on the vector path
   const int64_t stride = blockDim.x;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
@@ -250,19 +256,20 @@ __device__ __forceinline__ void norm_forward_streamed(const xvk_norm_forward_arg
     const P *res = a.residual.data
                        ? reinterpret_cast<const P *>(static_cast<const T *>(a.residual.data) + row * a.residual.row_stride)
                        : nullptr;
-    Welford w;  // of h - shift, merged vector by vector
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssue * stride) {
-      P raw[kIssue], raw_res[kIssue];
+    Welford w;         // LayerNorm re-reading: of h - shift, merged vector by vector
+    float sum = 0.0f;  // otherwise: of h * h (RMSNorm) or of h - shift
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssue<T> * stride) {
+      P raw[kIssue<T>], raw_res[kIssue<T>];
 #pragma unroll
-      for (int u = 0; u < kIssue; ++u)
+      for (int u = 0; u < kIssue<T>; ++u)
         if (v0 + u * stride < vectors) raw[u] = load_global(x + v0 + u * stride);
       if (res) {
 #pragma unroll
-        for (int u = 0; u < kIssue; ++u)
+        for (int u = 0; u < kIssue<T>; ++u)
           if (v0 + u * stride < vectors) raw_res[u] = load_global(res + v0 + u * stride);
       }
 #pragma unroll
-      for (int u = 0; u < kIssue; ++u) {
+      for (int u = 0; u < kIssue<T>; ++u) {
         const int64_t v = v0 + u * stride;
         if (v >= vectors) break;
         float h[VEC];
@@ -275,24 +282,48 @@ __device__ __forceinline__ void norm_forward_streamed(const xvk_norm_forward_arg
         } else if constexpr (kStaged) {
           staged[v] = raw[u];
         }
-        float sum = 0.0f, m2 = 0.0f;
-        if (a.rms) {  // statistics around 0: the mean of squares
+        if (a.rms) {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) m2 += h[i] * h[i];
-          w.merge(float(VEC), 0.0f, m2);
-          continue;
+          for (int i = 0; i < VEC; ++i) sum += h[i] * h[i];
+        } else if (!welford) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) sum += h[i] - shift;
+        } else {
+          float chunk_sum = 0.0f, m2 = 0.0f;
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) chunk_sum += h[i] - shift;
+          const float chunk_mean = chunk_sum * (1.0f / float(VEC));
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) m2 += (h[i] - shift - chunk_mean) * (h[i] - shift - chunk_mean);
+          w.merge(float(VEC), chunk_mean, m2);
         }
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) sum += h[i] - shift;
-        const float chunk_mean = sum * (1.0f / float(VEC));
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) m2 += (h[i] - shift - chunk_mean) * (h[i] - shift - chunk_mean);
-        w.merge(float(VEC), chunk_mean, m2);
       }
     }
-    const Welford total = block_welford(w, scratch);
-    const float mean = a.rms ? 0.0f : total.mean;  // of h - shift
-    const float rstd = rsqrtf(total.m2 / float(a.cols) + a.epsilon);
+    float mean = 0.0f, m2;  // of h - shift
+    if (welford) {
+      const Welford total = block_welford(w, scratch);
+      mean = total.mean;
+      m2 = total.m2;
+    } else {
+      float total[1] = {sum};
+      block_all_reduce(total, SumOp{}, scratch);
+      m2 = total[0];
+      if constexpr (kStaged) {
+        if (!a.rms) {  // second pass, over this thread's staged vectors: the exact variance around the mean
+          mean = total[0] / float(a.cols);
+          float q[1] = {0.0f};
+          for (int64_t v = threadIdx.x; v < vectors; v += stride) {
+            float h[VEC];
+            unpack(staged[v], h);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) q[0] += (h[i] - shift - mean) * (h[i] - shift - mean);
+          }
+          block_all_reduce(q, SumOp{}, scratch);
+          m2 = q[0];
+        }
+      }
+    }
+    const float rstd = rsqrtf(m2 / float(a.cols) + a.epsilon);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int64_t v = threadIdx.x; v < vectors; v += stride) {
       const int64_t col = v * VEC;
