@@ -40,9 +40,9 @@ void check_runnable(const Config &c, OpKind op, int dtype, int64_t cols, int wav
   if (c.variant == Variant::kBlock) CHECK(int64_t(c.threads) * c.packs * c.vec >= cols);
   if (c.variant == Variant::kGroup || c.variant == Variant::kBlock)
     CHECK(c.threads <= register_kernel_max_threads(is_backward(op), c.packs * c.vec * c.rows));
-  if (c.variant == Variant::kShared) {  // a forward's row, in the LDS
-    CHECK(!is_backward(op));
-    CHECK(shared_row_bytes(cols, c.vec, dtype == 0 ? 4 : 2) + kSharedReserve <= kLdsBytes);
+  if (c.variant == Variant::kShared) {  // the rows it stages, in the LDS
+    CHECK(op != OpKind::kNormBackward);
+    CHECK(shared_rows(op) * shared_row_bytes(cols, c.vec, dtype == 0 ? 4 : 2) + kSharedReserve <= kLdsBytes);
   }
 }
 

@@ -9,6 +9,7 @@
 //    for registers;
 //  - reread: the same, reading the row from memory twice, for rows too wide
 //    for shared memory too.
+// The backward has the same three; its shared variant keeps y's and dy's rows.
 // Scale, the broadcast additive mask and the causal mask are applied as the
 // logits are loaded (load_logits), so they cost no extra pass.
 #include <cmath>
@@ -250,6 +251,15 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_shared(const xvk_
   softmax_forward_streamed<kLog, T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
+// The backward's dx from y, dy and the row's sum acc (of dy, log-softmax, or
+// of dy * y, softmax).
+template <int VEC>
+__device__ __forceinline__ void softmax_dx(const xvk_softmax_backward_args &a, const float (&y)[VEC],
+                                           const float (&dy)[VEC], float acc, float (&dx)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) dx[i] = a.scale * (a.log ? dy[i] - __expf(y[i]) * acc : y[i] * (dy[i] - acc));
+}
+
 template <class T, int VEC, int PACKS, int G, int ROWS>
 __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC * ROWS)) softmax_backward_registers(const xvk_softmax_backward_args a) {
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
@@ -286,11 +296,61 @@ __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC 
         const int col = map.col(p, VEC);
         if (col >= a.cols) continue;
         float out[VEC];
-#pragma unroll
-        for (int i = 0; i < VEC; ++i)
-          out[i] = a.scale * (a.log ? dy[r][p][i] - __expf(y[r][p][i]) * acc[r] : y[r][p][i] * (dy[r][p][i] - acc[r]));
+        softmax_dx(a, y[r][p], dy[r][p], acc[r], out);
         store_vec<T, VEC>(dx + col, out);
       }
+    }
+  }
+}
+
+// The backward's streamed form, like the forward's: pass 1 reads y and dy
+// (kIssue vectors of each in flight per thread) for the row's sum; pass 2
+// reads them again from memory (reread) or from the copies pass 1 left in
+// shared memory (kStaged: y's row, then dy's). Re-reading, log-softmax's
+// pass 1 reads dy alone (its sum needs no y), so y is read once.
+template <class T, int VEC, bool kStaged>
+__device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_backward_args &a, Pack<T, VEC> *staged,
+                                                          float (*scratch)[kMaxWarpsPerBlock]) {
+  using P = Pack<T, VEC>;
+  const int64_t vectors = a.cols / VEC;  // VEC divides cols on the vector path
+  const int64_t stride = blockDim.x;
+  P *staged_y = staged, *staged_dy = staged + vectors;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const P *y = reinterpret_cast<const P *>(static_cast<const T *>(a.y.data) + row * a.y.row_stride);
+    const P *dy = reinterpret_cast<const P *>(static_cast<const T *>(a.dy.data) + row * a.dy.row_stride);
+    float acc[1] = {0.0f};
+    const bool read_y = kStaged || !a.log;
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssue * stride) {
+      P raw_y[kIssue] = {}, raw_dy[kIssue];
+#pragma unroll
+      for (int u = 0; u < kIssue; ++u)
+        if (v0 + u * stride < vectors) {
+          if (read_y) raw_y[u] = load_global(y + v0 + u * stride);
+          raw_dy[u] = load_global(dy + v0 + u * stride);
+        }
+#pragma unroll
+      for (int u = 0; u < kIssue; ++u) {
+        const int64_t v = v0 + u * stride;
+        if (v >= vectors) break;
+        if constexpr (kStaged) {
+          staged_y[v] = raw_y[u];
+          staged_dy[v] = raw_dy[u];
+        }
+        float yv[VEC], dyv[VEC];
+        unpack(raw_y[u], yv);
+        unpack(raw_dy[u], dyv);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[0] += a.log ? dyv[i] : dyv[i] * yv[i];
+      }
+    }
+    RowReducer<0>::all_reduce(acc, SumOp{}, scratch);
+    T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
+    for (int64_t v = threadIdx.x; v < vectors; v += stride) {
+      float yv[VEC], dyv[VEC], out[VEC];
+      unpack(kStaged ? staged_y[v] : load_global(y + v), yv);
+      unpack(kStaged ? staged_dy[v] : load_global(dy + v), dyv);
+      softmax_dx(a, yv, dyv, acc[0], out);
+      store_vec<T, VEC>(dx + v * VEC, out);
     }
   }
 }
@@ -298,30 +358,15 @@ __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC 
 template <class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk_softmax_backward_args a) {
   __shared__ float scratch[1][kMaxWarpsPerBlock];
-  const int64_t step = int64_t(blockDim.x) * VEC;
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const T *y = static_cast<const T *>(a.y.data) + row * a.y.row_stride;
-    const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
-    float acc[1] = {0.0f};
-    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
-      float yv[VEC], dyv[VEC];
-      load_vec<T, VEC>(y + col, yv);
-      load_vec<T, VEC>(dy + col, dyv);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) acc[0] += a.log ? dyv[i] : dyv[i] * yv[i];
-    }
-    RowReducer<0>::all_reduce(acc, SumOp{}, scratch);
-    T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
-    for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
-      float yv[VEC], dyv[VEC], out[VEC];
-      load_vec<T, VEC>(y + col, yv);
-      load_vec<T, VEC>(dy + col, dyv);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i)
-        out[i] = a.scale * (a.log ? dyv[i] - __expf(yv[i]) * acc[0] : yv[i] * (dyv[i] - acc[0]));
-      store_vec<T, VEC>(dx + col, out);
-    }
-  }
+  softmax_backward_streamed<T, VEC, false>(a, nullptr, scratch);
+}
+
+// y's and dy's rows in shared memory: launched with 2 * shared_row_bytes(cols) of it.
+template <class T, int VEC>
+__global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk_softmax_backward_args a) {
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
+  extern __shared__ uint4 shared_row[];
+  softmax_backward_streamed<T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
 // Instantiates the kernel that Config c names, for forward (softmax or
@@ -356,10 +401,13 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       else
         status = launch_rows(ctx, c, softmax_backward_reread<T, VEC>, "softmax_backward_reread", a.rows, 1, a);
       break;
-    case Variant::kShared:  // forward only (complete_config)
+    case Variant::kShared:
       if constexpr (kForward)
         status = launch_rows_smem(ctx, c, softmax_forward_shared<kLog, T, VEC>, "softmax_forward_shared", a.rows, 1,
                                   size_t(shared_row_bytes(a.cols, VEC, sizeof(T))), a);
+      else
+        status = launch_rows_smem(ctx, c, softmax_backward_shared<T, VEC>, "softmax_backward_shared", a.rows, 1,
+                                  size_t(shared_rows(OpKind::kSoftmaxBackward) * shared_row_bytes(a.cols, VEC, sizeof(T))), a);
       break;
     case Variant::kRereadSums:  // the norm backward's (complete_config)
       break;

@@ -84,9 +84,9 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
     case Variant::kShared: {
       c.rows = 1;
       const int elem_size = dtype == 0 ? 4 : 2;  // XVK_DTYPE_F32, else a 16-bit type
-      const bool fits = shared_row_bytes(cols, c.vec, elem_size) + kSharedReserve <= limits.max_shared_bytes;
-      return !is_backward(op) && fits && c.threads >= warp_size && c.threads <= kMaxThreads &&
-             c.threads % warp_size == 0;
+      const int64_t bytes = shared_rows(op) * shared_row_bytes(cols, c.vec, elem_size);
+      const bool fits = bytes > 0 && bytes + kSharedReserve <= limits.max_shared_bytes;
+      return fits && c.threads >= warp_size && c.threads <= kMaxThreads && c.threads % warp_size == 0;
     }
   }
   return false;
@@ -112,8 +112,9 @@ Config default_config(OpKind op, int dtype, int64_t cols, int vec, const DeviceL
       if (complete_config(c, op, dtype, cols, limits)) return c;
   }
   if (c.variant != Variant::kBlock && complete_config(c, op, dtype, cols, limits)) return c;
-  // Too wide for registers: a forward keeps the row in shared memory while it
-  // fits there (one read of it), anything else streams it twice.
+  // Too wide for registers: a forward or softmax backward keeps the row in
+  // shared memory while it fits there (one read of it), anything else
+  // streams it twice.
   c = Config{};
   c.variant = Variant::kShared;
   c.vec = vec;

@@ -13,7 +13,7 @@ enum class Variant : int {
   kGroup = 0,   // a group of G <= warp lanes owns a row (ROWS rows at once), row in registers
   kBlock = 1,   // a whole block owns a row, row in registers, block-wide reductions
   kReread = 2,  // a whole block owns a row and streams it from memory twice
-  kShared = 3,  // a whole block owns a row and keeps it in shared memory between its passes (forward only)
+  kShared = 3,  // a whole block owns a row and keeps it in shared memory between its passes (not the norm backward)
   kRereadSums = 4,  // norm backward: reread, each thread keeping the dgamma/dbeta sums of its columns in registers
 };
 
@@ -54,6 +54,11 @@ struct DeviceLimits {
 inline constexpr int kSharedReserve = 1024;
 inline constexpr int64_t shared_row_bytes(int64_t cols, int vec, int elem_size) {
   return (cols + vec - 1) / vec * vec * elem_size;
+}
+// The rows of input a kShared kernel of op keeps: x for the forwards, y and
+// dy for the softmax backward; the norm backward has no kShared kernel.
+inline constexpr int shared_rows(OpKind op) {
+  return op == OpKind::kSoftmaxBackward ? 2 : op == OpKind::kNormBackward ? 0 : 1;
 }
 
 struct Config {
