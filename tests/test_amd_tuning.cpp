@@ -42,7 +42,7 @@ void check_runnable(const Config &c, OpKind op, int dtype, int64_t cols, int wav
     CHECK(c.threads <= register_kernel_max_threads(is_backward(op), c.packs * c.vec * c.rows));
   if (c.variant == Variant::kShared) {  // the rows it stages, in the LDS
     CHECK(op != OpKind::kNormBackward);
-    CHECK(shared_rows(op) * shared_row_bytes(cols, c.vec, dtype == 0 ? 4 : 2) + kSharedReserve <= kLdsBytes);
+    CHECK(shared_bytes(op, cols, c.vec, dtype == 0 ? 4 : 2) + kSharedReserve <= kLdsBytes);
   }
 }
 

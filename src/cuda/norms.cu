@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forwa
   norm_forward_streamed<T, VEC, false>(a, nullptr, scratch);
 }
 
-// The row in shared memory: launched with shared_row_bytes(cols) of it.
+// The row in shared memory: launched with shared_bytes(kNormForward, cols) of it.
 template <class T, int VEC>
 __global__ void __launch_bounds__(1024) norm_forward_shared(const xvk_norm_forward_args a) {
   __shared__ float scratch[3][kMaxWarpsPerBlock];
@@ -676,7 +676,7 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
       break;
     case Variant::kShared:
       status = launch_rows_smem(ctx, c, norm_forward_shared<T, VEC>, "norm_forward_shared", a.rows, 1,
-                                size_t(shared_row_bytes(a.cols, VEC, sizeof(T))), a);
+                                size_t(shared_bytes(OpKind::kNormForward, a.cols, VEC, sizeof(T))), a);
       break;
     case Variant::kRereadSums:  // backward only (complete_config)
       break;

@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_
   softmax_forward_streamed<kLog, T, VEC, false>(a, nullptr, scratch);
 }
 
-// The row in shared memory: launched with shared_row_bytes(cols) of it.
+// The row in shared memory: launched with shared_bytes(kSoftmaxForward, cols) of it.
 template <bool kLog, class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_forward_shared(const xvk_softmax_forward_args a) {
   __shared__ float scratch[1][kMaxWarpsPerBlock];
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk
   softmax_backward_streamed<T, VEC, false>(a, nullptr, scratch);
 }
 
-// y's and dy's rows in shared memory: launched with 2 * shared_row_bytes(cols) of it.
+// y's and dy's rows in shared memory: launched with shared_bytes(kSoftmaxBackward, cols) of it.
 template <class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk_softmax_backward_args a) {
   __shared__ float scratch[1][kMaxWarpsPerBlock];
@@ -404,10 +404,10 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
     case Variant::kShared:
       if constexpr (kForward)
         status = launch_rows_smem(ctx, c, softmax_forward_shared<kLog, T, VEC>, "softmax_forward_shared", a.rows, 1,
-                                  size_t(shared_row_bytes(a.cols, VEC, sizeof(T))), a);
+                                  size_t(shared_bytes(OpKind::kSoftmaxForward, a.cols, VEC, sizeof(T))), a);
       else
         status = launch_rows_smem(ctx, c, softmax_backward_shared<T, VEC>, "softmax_backward_shared", a.rows, 1,
-                                  size_t(shared_rows(OpKind::kSoftmaxBackward) * shared_row_bytes(a.cols, VEC, sizeof(T))), a);
+                                  size_t(shared_bytes(OpKind::kSoftmaxBackward, a.cols, VEC, sizeof(T))), a);
       break;
     case Variant::kRereadSums:  // the norm backward's (complete_config)
       break;

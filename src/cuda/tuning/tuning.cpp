@@ -84,7 +84,7 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
     case Variant::kShared: {
       c.rows = 1;
       const int elem_size = dtype == 0 ? 4 : 2;  // XVK_DTYPE_F32, else a 16-bit type
-      const int64_t bytes = shared_rows(op) * shared_row_bytes(cols, c.vec, elem_size);
+      const int64_t bytes = shared_bytes(op, cols, c.vec, elem_size);
       const bool fits = bytes > 0 && bytes + kSharedReserve <= limits.max_shared_bytes;
       return fits && c.threads >= warp_size && c.threads <= kMaxThreads && c.threads % warp_size == 0;
     }

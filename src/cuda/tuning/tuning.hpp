@@ -60,6 +60,10 @@ inline constexpr int64_t shared_row_bytes(int64_t cols, int vec, int elem_size) 
 inline constexpr int shared_rows(OpKind op) {
   return op == OpKind::kSoftmaxBackward ? 2 : op == OpKind::kNormBackward ? 0 : 1;
 }
+// The dynamic shared memory a kShared kernel of op is launched with (0: none).
+inline constexpr int64_t shared_bytes(OpKind op, int64_t cols, int vec, int elem_size) {
+  return shared_rows(op) * shared_row_bytes(cols, vec, elem_size);
+}
 
 struct Config {
   Variant variant = Variant::kReread;
