@@ -262,6 +262,17 @@ bool with_block_packs(int packs, F &&f) {
   return false;
 }
 
+// Calls f(IntConst<PACKS>) for an instantiated kRereadSums shape (packs up
+// to kMaxRereadSumsPacks, tuning.hpp).
+template <class F>
+bool with_reread_sums_packs(int packs, F &&f) {
+  if (packs == 16) {
+    f(IntConst<16>{});
+    return true;
+  }
+  return with_block_packs(packs, f);
+}
+
 // Calls f(T{}) with the storage type of an xvk_dtype_id.
 template <class F>
 void with_dtype(int dtype, F &&f) {

@@ -541,16 +541,35 @@ __global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_back
 // Backward for rows too wide for the register variants whose dgamma/dbeta
 // columns still fit: a block owns a row and reads it twice (the row sums,
 // then dx; L2 may still hold it), and each thread keeps the dgamma/dbeta sums
-// of its PACKS vectors of columns in registers across rows, as the register
-// variants do, so no column pass reads x and dy a third time. partial gets one
-// row of [2][cols] sums per block.
-template <class T, int VEC, int PACKS>
-__global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC))
+// of its PACKS vectors of columns across rows, as the register variants do,
+// so no column pass reads x and dy a third time. The dgamma sums stay in
+// registers; the dbeta sums too, or, kBetaShared (reread_sums_beta_shared),
+// in dynamic shared memory, [elems / 4][blockDim.x] float4s, so that twice
+// the columns fit; each thread touches only its own, so no barrier guards
+// them. partial gets one row of [2][cols] sums per block.
+template <class T, int VEC, int PACKS, bool kBetaShared>
+__global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShared))
     norm_backward_reread_sums(const xvk_norm_backward_args a, float *partial) {
   __shared__ float scratch[2][kMaxWarpsPerBlock];
+  extern __shared__ float4 beta_sums[];  // kBetaShared: [blockDim.x][PACKS * VEC / 4 + 1]
+  static_assert(!kBetaShared || PACKS * VEC % 4 == 0, "shared dbeta sums are kept as float4s");
   const RowMapping<0, 1> map;
   const float inv_cols = 1.0f / float(a.cols);
-  float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {};
+  const bool want_beta = a.dbeta != nullptr;  // else its sums are written as 0, unread
+  float acc_g[PACKS][VEC] = {}, acc_b[kBetaShared ? 1 : PACKS][VEC] = {};
+  // kBetaShared: element e of this thread's columns (p * VEC + i) is
+  // component e % 4 of float4 e / 4 of the thread's own run of them. Runs are
+  // padded by one float4, so the 8 threads of one 16-byte access phase fall
+  // in different banks, and each access is the thread's base plus a constant.
+  float4 *const my_beta_sums = beta_sums + int(threadIdx.x) * (PACKS * VEC / 4 + 1);
+  auto beta_sum = [&](int e) -> float & {
+    float4 &s = my_beta_sums[e / 4];
+    return e % 4 == 0 ? s.x : e % 4 == 1 ? s.y : e % 4 == 2 ? s.z : s.w;
+  };
+  if constexpr (kBetaShared) {
+#pragma unroll
+    for (int e = 0; e < PACKS * VEC; ++e) beta_sum(e) = 0.0f;
+  }
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
     const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
@@ -581,7 +600,11 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC))
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         acc_g[p][i] += dyv[i] * xhat[i];
-        acc_b[p][i] += dyv[i];
+        if constexpr (kBetaShared) {
+          if (want_beta) beta_sum(p * VEC + i) += dyv[i];
+        } else {
+          acc_b[p][i] += dyv[i];
+        }
       }
       store_vec<T, VEC>(dx + col, out);
     }
@@ -593,7 +616,14 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC))
     const int col = map.col(p, VEC);
     if (col >= a.cols) continue;
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[p][i], pb[col + i] = acc_b[p][i];
+    for (int i = 0; i < VEC; ++i) {
+      pg[col + i] = acc_g[p][i];
+      if constexpr (kBetaShared) {
+        pb[col + i] = want_beta ? beta_sum(p * VEC + i) : 0.0f;
+      } else {
+        pb[col + i] = acc_b[p][i];
+      }
+    }
   }
 }
 
@@ -747,9 +777,17 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
       launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, "norm_backward_registers", 1, 0);
     });
   } else if (c.variant == Variant::kRereadSums) {
-    with_block_packs(c.packs, [&](auto packs) {
-      constexpr int P = decltype(packs)::value;
-      if constexpr (P * VEC <= kMaxRereadSumsElems) launch(norm_backward_reread_sums<T, VEC, P>, "norm_backward_reread_sums", 1, 0);
+    const size_t smem = size_t(config_shared_bytes(OpKind::kNormBackward, c, a.cols, sizeof(T)));
+    with_reread_sums_packs(c.packs, [&](auto packs) {
+      constexpr int P = decltype(packs)::value, kElems = P * VEC;
+      if constexpr (kElems <= kMaxRereadSumsElems) {
+        if (smem == 0) {
+          if constexpr (reread_sums_registers_max_threads(kElems) > 0)
+            launch(norm_backward_reread_sums<T, VEC, P, false>, "norm_backward_reread_sums", 1, 0);
+        } else if constexpr (kElems % 4 == 0) {
+          launch(norm_backward_reread_sums<T, VEC, P, true>, "norm_backward_reread_sums", 1, smem);
+        }
+      }
     });
   }
   return status;

@@ -9,7 +9,8 @@
 //    for registers;
 //  - reread: the same, reading the row from memory twice, for rows too wide
 //    for shared memory too.
-// The backward has the same three; its shared variant keeps y's and dy's rows.
+// The backward has the same three; its shared variant keeps y's and dy's rows,
+// or dy's alone (shared-dy) where the pair does not fit.
 // Scale, the broadcast additive mask and the causal mask are applied as the
 // logits are loaded (load_logits), so they cost no extra pass.
 #include <cmath>
@@ -253,11 +254,19 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_shared(const xvk_
 
 // The backward's dx from y, dy and the row's sum acc (of dy, log-softmax, or
 // of dy * y, softmax).
+template <bool kLog, int VEC>
+__device__ __forceinline__ void softmax_dx(float scale, const float (&y)[VEC], const float (&dy)[VEC], float acc,
+                                           float (&dx)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) dx[i] = scale * (kLog ? dy[i] - __expf(y[i]) * acc : y[i] * (dy[i] - acc));
+}
 template <int VEC>
 __device__ __forceinline__ void softmax_dx(const xvk_softmax_backward_args &a, const float (&y)[VEC],
                                            const float (&dy)[VEC], float acc, float (&dx)[VEC]) {
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) dx[i] = a.scale * (a.log ? dy[i] - __expf(y[i]) * acc : y[i] * (dy[i] - acc));
+  if (a.log)
+    softmax_dx<true>(a.scale, y, dy, acc, dx);
+  else
+    softmax_dx<false>(a.scale, y, dy, acc, dx);
 }
 
 template <class T, int VEC, int PACKS, int G, int ROWS>
@@ -303,23 +312,28 @@ __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC 
   }
 }
 
+// What the backward's streamed kernels keep in shared memory between their
+// passes: nothing (reread), dy's row (kSharedDy), or y's and dy's (kShared).
+enum class Staged { kNone, kDy, kBoth };
+
 // The backward's streamed form, like the forward's: pass 1 reads y and dy
 // (kIssue vectors of each in flight per thread) for the row's sum; pass 2
-// reads them again from memory (reread) or from the copies pass 1 left in
-// shared memory (kStaged: y's row, then dy's). Re-reading, log-softmax's
-// pass 1 reads dy alone (its sum needs no y), so y is read once.
-template <class T, int VEC, bool kStaged>
+// reads them again from memory or from the copies pass 1 left in shared
+// memory (dy's row, then, kBoth, y's). Log-softmax's sum needs no y, so
+// unless y is staged, its pass 1 reads dy alone and y is read once.
+template <class T, int VEC, Staged kStaged>
 __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_backward_args &a, Pack<T, VEC> *staged,
                                                           float (*scratch)[kMaxWarpsPerBlock]) {
   using P = Pack<T, VEC>;
+  constexpr bool kStageDy = kStaged != Staged::kNone, kStageY = kStaged == Staged::kBoth;
   const int64_t vectors = a.cols / VEC;  // VEC divides cols on the vector path
   const int64_t stride = blockDim.x;
-  P *staged_y = staged, *staged_dy = staged + vectors;
+  P *staged_dy = staged, *staged_y = staged + vectors;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const P *y = reinterpret_cast<const P *>(static_cast<const T *>(a.y.data) + row * a.y.row_stride);
     const P *dy = reinterpret_cast<const P *>(static_cast<const T *>(a.dy.data) + row * a.dy.row_stride);
     float acc[1] = {0.0f};
-    const bool read_y = kStaged || !a.log;
+    const bool read_y = kStageY || !a.log;
     for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssue * stride) {
       P raw_y[kIssue] = {}, raw_dy[kIssue];
 #pragma unroll
@@ -331,11 +345,9 @@ __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_back
 #pragma unroll
       for (int u = 0; u < kIssue; ++u) {
         const int64_t v = v0 + u * stride;
-        if (v >= vectors) break;
-        if constexpr (kStaged) {
-          staged_y[v] = raw_y[u];
-          staged_dy[v] = raw_dy[u];
-        }
+        if (v >= vectors) continue;  // not break: hipcc leaves a loop with a break un-unrolled
+        if constexpr (kStageDy) staged_dy[v] = raw_dy[u];
+        if constexpr (kStageY) staged_y[v] = raw_y[u];
         float yv[VEC], dyv[VEC];
         unpack(raw_y[u], yv);
         unpack(raw_dy[u], dyv);
@@ -345,28 +357,57 @@ __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_back
     }
     RowReducer<0>::all_reduce(acc, SumOp{}, scratch);
     T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
-    for (int64_t v = threadIdx.x; v < vectors; v += stride) {
-      float yv[VEC], dyv[VEC], out[VEC];
-      unpack(kStaged ? staged_y[v] : load_global(y + v), yv);
-      unpack(kStaged ? staged_dy[v] : load_global(dy + v), dyv);
-      softmax_dx(a, yv, dyv, acc[0], out);
-      store_vec<T, VEC>(dx + v * VEC, out);
-    }
+    // Pass 2 issues kIssueDx vectors of each at once too: what is not staged
+    // comes from memory again, and one load at a time would wait out its
+    // latency. Fewer than pass 1: with dx's values live too, 4 spilled at
+    // the 64-register bound of 1024 threads, and so did 2 of fp16 (whose
+    // conversions take more registers than bfloat16's shifts; measured on
+    // the H200: fp16 shared-dy 32768 went 2508 -> 2776 us). The log/plain
+    // choice is made once per row, outside the loop, for the same reason.
+    constexpr int kIssueDx = std::is_same_v<T, half> ? 1 : 2;
+    auto write_dx = [&](auto log) {
+      for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssueDx * stride) {
+        P raw_y[kIssueDx], raw_dy[kIssueDx];
+#pragma unroll
+        for (int u = 0; u < kIssueDx; ++u) {
+          const int64_t v = v0 + u * stride;
+          if (v < vectors) {
+            raw_y[u] = kStageY ? staged_y[v] : load_global(y + v);
+            raw_dy[u] = kStageDy ? staged_dy[v] : load_global(dy + v);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kIssueDx; ++u) {
+          const int64_t v = v0 + u * stride;
+          if (v >= vectors) continue;
+          float yv[VEC], dyv[VEC], out[VEC];
+          unpack(raw_y[u], yv);
+          unpack(raw_dy[u], dyv);
+          softmax_dx<decltype(log)::value>(a.scale, yv, dyv, acc[0], out);
+          store_vec<T, VEC>(dx + v * VEC, out);
+        }
+      }
+    };
+    if (a.log)
+      write_dx(std::true_type{});
+    else
+      write_dx(std::false_type{});
   }
 }
 
 template <class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk_softmax_backward_args a) {
   __shared__ float scratch[1][kMaxWarpsPerBlock];
-  softmax_backward_streamed<T, VEC, false>(a, nullptr, scratch);
+  softmax_backward_streamed<T, VEC, Staged::kNone>(a, nullptr, scratch);
 }
 
-// y's and dy's rows in shared memory: launched with shared_bytes(kSoftmaxBackward, cols) of it.
-template <class T, int VEC>
+// Rows in shared memory (kStaged: dy's, or dy's and y's), launched with
+// config_shared_bytes of it.
+template <class T, int VEC, Staged kStaged>
 __global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk_softmax_backward_args a) {
   __shared__ float scratch[1][kMaxWarpsPerBlock];
   extern __shared__ uint4 shared_row[];
-  softmax_backward_streamed<T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
+  softmax_backward_streamed<T, VEC, kStaged>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
 // Instantiates the kernel that Config c names, for forward (softmax or
@@ -404,10 +445,15 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
     case Variant::kShared:
       if constexpr (kForward)
         status = launch_rows_smem(ctx, c, softmax_forward_shared<kLog, T, VEC>, "softmax_forward_shared", a.rows, 1,
-                                  size_t(shared_bytes(OpKind::kSoftmaxForward, a.cols, VEC, sizeof(T))), a);
+                                  size_t(config_shared_bytes(OpKind::kSoftmaxForward, c, a.cols, sizeof(T))), a);
       else
-        status = launch_rows_smem(ctx, c, softmax_backward_shared<T, VEC>, "softmax_backward_shared", a.rows, 1,
-                                  size_t(shared_bytes(OpKind::kSoftmaxBackward, a.cols, VEC, sizeof(T))), a);
+        status = launch_rows_smem(ctx, c, softmax_backward_shared<T, VEC, Staged::kBoth>, "softmax_backward_shared",
+                                  a.rows, 1, size_t(config_shared_bytes(OpKind::kSoftmaxBackward, c, a.cols, sizeof(T))), a);
+      break;
+    case Variant::kSharedDy:  // the backward's only (complete_config)
+      if constexpr (!kForward)
+        status = launch_rows_smem(ctx, c, softmax_backward_shared<T, VEC, Staged::kDy>, "softmax_backward_shared",
+                                  a.rows, 1, size_t(config_shared_bytes(OpKind::kSoftmaxBackward, c, a.cols, sizeof(T))), a);
       break;
     case Variant::kRereadSums:  // the norm backward's (complete_config)
       break;

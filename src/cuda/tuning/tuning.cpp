@@ -51,6 +51,7 @@ const TuningTable &tuning_table_for(const char *arch) {
 
 bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const DeviceLimits &limits) {
   const int warp_size = limits.warp_size;
+  const int elem_size = dtype == 0 ? 4 : 2;  // XVK_DTYPE_F32, else a 16-bit type
   const int64_t vectors = ceil_div(cols, c.vec);
   if (c.blocks_per_sm < 0) return false;
   switch (c.variant) {
@@ -79,12 +80,15 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       if (op != OpKind::kNormBackward || c.threads < 2 * warp_size || c.threads % warp_size != 0) return false;
       c.packs = next_pow2(ceil_div(vectors, c.threads));
       const int elems = c.packs * c.vec;
-      return c.packs <= kMaxBlockPacks && elems <= kMaxRereadSumsElems && c.threads <= reread_sums_max_threads(elems);
+      if (c.packs > kMaxRereadSumsPacks || elems > kMaxRereadSumsElems) return false;
+      const bool beta_shared = reread_sums_beta_shared(elems, c.threads);
+      if (c.threads > reread_sums_max_threads(elems, beta_shared)) return false;
+      return !beta_shared || config_shared_bytes(op, c, cols, elem_size) + kSharedReserve <= limits.max_shared_bytes;
     }
-    case Variant::kShared: {
+    case Variant::kShared:
+    case Variant::kSharedDy: {
       c.rows = 1;
-      const int elem_size = dtype == 0 ? 4 : 2;  // XVK_DTYPE_F32, else a 16-bit type
-      const int64_t bytes = shared_bytes(op, cols, c.vec, elem_size);
+      const int64_t bytes = config_shared_bytes(op, c, cols, elem_size);
       const bool fits = bytes > 0 && bytes + kSharedReserve <= limits.max_shared_bytes;
       return fits && c.threads >= warp_size && c.threads <= kMaxThreads && c.threads % warp_size == 0;
     }
@@ -132,6 +136,7 @@ const char *variant_name(Variant v) {
     case Variant::kReread: return "reread";
     case Variant::kShared: return "shared";
     case Variant::kRereadSums: return "rereadsums";
+    case Variant::kSharedDy: return "shareddy";
   }
   return "?";
 }
@@ -150,7 +155,7 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
     c.variant = Variant::kBlock, c.vec = vec, c.packs = packs;
     if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
   }
-  for (Variant v : {Variant::kReread, Variant::kShared, Variant::kRereadSums})
+  for (Variant v : {Variant::kReread, Variant::kShared, Variant::kSharedDy, Variant::kRereadSums})
     for (int threads : {256, 512, 1024}) {
       Config c;
       c.variant = v, c.vec = vec, c.threads = threads;

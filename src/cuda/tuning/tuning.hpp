@@ -14,7 +14,9 @@ enum class Variant : int {
   kBlock = 1,   // a whole block owns a row, row in registers, block-wide reductions
   kReread = 2,  // a whole block owns a row and streams it from memory twice
   kShared = 3,  // a whole block owns a row and keeps it in shared memory between its passes (not the norm backward)
-  kRereadSums = 4,  // norm backward: reread, each thread keeping the dgamma/dbeta sums of its columns in registers
+  kRereadSums = 4,  // norm backward: reread, each thread keeping the dgamma/dbeta sums of its columns (dbeta's
+                    // in shared memory when registers cannot hold both: reread_sums_beta_shared)
+  kSharedDy = 5,    // softmax backward: as kShared, keeping dy's row only (a row pair too wide for shared memory)
 };
 
 // Instantiated shapes: group widths 1..32 (a sub-warp on any vendor), packs
@@ -37,10 +39,21 @@ inline constexpr int register_kernel_max_threads(bool backward, int elems) {
   return backward ? (elems <= 8 ? 1024 : elems <= 16 ? 512 : 256) : (elems <= 32 ? 1024 : 512);
 }
 
-// kRereadSums: the columns a thread keeps dgamma/dbeta sums for (packs * vec,
-// two floats each) at most, and the launch bound that keeps them in registers.
-inline constexpr int kMaxRereadSumsElems = 32;
-inline constexpr int reread_sums_max_threads(int elems) { return elems <= 16 ? 1024 : 512; }
+// kRereadSums: a thread keeps the dgamma and dbeta sums of its packs * vec
+// columns. Both fit in registers up to 32 columns (a launch bound of 1024
+// threads up to 16); beyond that, or with more threads than that bound, the
+// dbeta sums move to shared memory (threads * (columns + 4) floats) and only
+// dgamma's stay in registers, up to 64 columns (1024 threads up to 32).
+inline constexpr int kMaxRereadSumsPacks = 16;
+inline constexpr int kMaxRereadSumsElems = 64;
+inline constexpr int reread_sums_registers_max_threads(int elems) { return elems <= 16 ? 1024 : elems <= 32 ? 512 : 0; }
+inline constexpr int reread_sums_beta_shared_max_threads(int elems) { return elems <= 32 ? 1024 : 512; }
+inline constexpr bool reread_sums_beta_shared(int elems, int threads) {
+  return threads > reread_sums_registers_max_threads(elems);
+}
+inline constexpr int reread_sums_max_threads(int elems, bool beta_shared) {
+  return beta_shared ? reread_sums_beta_shared_max_threads(elems) : reread_sums_registers_max_threads(elems);
+}
 
 // What a configuration must fit on the device that runs it.
 struct DeviceLimits {
@@ -74,6 +87,21 @@ struct Config {
   int threads = 256; // threads per block
   int blocks_per_sm = 0;  // cap on resident blocks per SM used for the grid; 0: as many as fit
 };
+
+// The dynamic shared memory the kernel of a completed Config c is launched
+// with for a row of `cols` elements of elem_size bytes: the staged rows of
+// kShared and kSharedDy, kRereadSums' dbeta sums when they live there, else
+// 0. complete_config checks it against the device, the launchers use it.
+inline constexpr int64_t config_shared_bytes(OpKind op, const Config &c, int64_t cols, int elem_size) {
+  switch (c.variant) {
+    case Variant::kShared: return shared_bytes(op, cols, c.vec, elem_size);
+    case Variant::kSharedDy: return op == OpKind::kSoftmaxBackward ? shared_row_bytes(cols, c.vec, elem_size) : 0;
+    case Variant::kRereadSums:
+      // A run of packs * vec floats per thread, padded by 4 (norms.cu).
+      return reread_sums_beta_shared(c.packs * c.vec, c.threads) ? int64_t(c.threads) * (c.packs * c.vec + 4) * 4 : 0;
+    default: return 0;
+  }
+}
 
 // One row of a tuning table: for `op` on `dtype`, calls with at most
 // max_rows rows of at most max_cols columns use this variant (the first
