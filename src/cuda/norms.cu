@@ -99,99 +99,114 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       if (map.col(p, VEC) < a.cols) load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], b[p]);
   }
   const float inv_cols = 1.0f / float(a.cols);
-  for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
-    // h holds x (+ residual) - shift; mean and var are those of h.
-    float h[ROWS][PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
-    {
-      Pack<T, VEC> raw[ROWS][PACKS];
+  // When the owners' packs cover the row exactly (the common widths), no
+  // element needs the per-element tests for columns past the end: the loop
+  // is compiled twice, once without them (kFull), chosen once per launch.
+  // A group past the last row computes on zeros and writes nothing; its
+  // lanes reduce only among themselves. Only for lanes of up to 16 elements:
+  // with more, the second copy made ptxas spill more (sm_90).
+  constexpr bool kVersionFull = PACKS * VEC * ROWS <= 16;
+  const bool full = int64_t(PACKS) * map.width * VEC == a.cols;
+  auto rows_loop = [&](auto full_tag) {
+    constexpr bool kFull = decltype(full_tag)::value;
+    for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
+      // h holds x (+ residual) - shift; mean and var are those of h.
+      float h[ROWS][PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
+      {
+        Pack<T, VEC> raw[ROWS][PACKS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          const int64_t row = base + map.offset + r;
+          shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+          issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) unpack_row(raw[r], h[r]);
+        if (a.residual.data) {  // h = x + residual, rounded to T as residual_out holds it
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) {
+            const int64_t row = base + map.offset + r;
+            issue_row(map, static_cast<const T *>(a.residual.data) + row * a.residual.row_stride, row < a.rows, a.cols,
+                      raw[r]);
+          }
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) {
+            const int64_t row = base + map.offset + r;
+            float res[PACKS][VEC];
+            unpack_row(raw[r], res);
+#pragma unroll
+            for (int p = 0; p < PACKS; ++p)
+              if (row < a.rows && map.col(p, VEC) < a.cols) add_residual<T, VEC>(a, row, map.col(p, VEC), h[r][p], res[p]);
+          }
+        }
+      }
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const int64_t row = base + map.offset + r;
-        shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
-        issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
-      }
+        mean[r] = 0.0f;
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) unpack_row(raw[r], h[r]);
-      if (a.residual.data) {  // h = x + residual, rounded to T as residual_out holds it
+        for (int p = 0; p < PACKS; ++p) {
+          const bool in = kFull || (row < a.rows && map.col(p, VEC) < a.cols);
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          const int64_t row = base + map.offset + r;
-          issue_row(map, static_cast<const T *>(a.residual.data) + row * a.residual.row_stride, row < a.rows, a.cols,
-                    raw[r]);
-        }
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          const int64_t row = base + map.offset + r;
-          float res[PACKS][VEC];
-          unpack_row(raw[r], res);
-#pragma unroll
-          for (int p = 0; p < PACKS; ++p)
-            if (row < a.rows && map.col(p, VEC) < a.cols) add_residual<T, VEC>(a, row, map.col(p, VEC), h[r][p], res[p]);
+          for (int i = 0; i < VEC; ++i) {
+            h[r][p][i] = in ? h[r][p][i] - shift[r] : 0.0f;
+            mean[r] += h[r][p][i];
+          }
         }
       }
-    }
+      if (a.rms) {
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const int64_t row = base + map.offset + r;
-      mean[r] = 0.0f;
+        for (int r = 0; r < ROWS; ++r) mean[r] = 0.0f;
+      } else {
+        RowReducer<G>::all_reduce(mean, SumOp{}, scratch);
 #pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        const bool in = row < a.rows && map.col(p, VEC) < a.cols;
+        for (int r = 0; r < ROWS; ++r) mean[r] *= inv_cols;
+      }
+      // Second pass over registers: the exact variance around the mean.
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          h[r][p][i] = in ? h[r][p][i] - shift[r] : 0.0f;
-          mean[r] += h[r][p][i];
+      for (int r = 0; r < ROWS; ++r) {
+        var[r] = 0.0f;
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float d = kFull || map.col(p, VEC) < a.cols ? h[r][p][i] - mean[r] : 0.0f;
+            var[r] += d * d;
+          }
+      }
+      RowReducer<G>::all_reduce(var, SumOp{}, scratch);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int64_t row = base + map.offset + r;
+        if (row >= a.rows) continue;
+        const float rstd = rsqrtf(var[r] * inv_cols + a.epsilon);
+        T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p) {
+          const int col = map.col(p, VEC);
+          if (!kFull && col >= a.cols) continue;
+          float gp[VEC], bp[VEC], out[VEC];
+          if constexpr (kCache) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) gp[i] = g[p][i], bp[i] = b[p][i];
+          } else {
+            load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, col, gp, bp);
+          }
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) out[i] = (h[r][p][i] - mean[r]) * rstd * gp[i] + bp[i];
+          store_vec<T, VEC>(y + col, out);
+        }
+        if (map.lane == 0) {
+          if (a.mean) a.mean[row] = shift[r] + mean[r];
+          if (a.rstd) a.rstd[row] = rstd;
         }
       }
     }
-    if (a.rms) {
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) mean[r] = 0.0f;
-    } else {
-      RowReducer<G>::all_reduce(mean, SumOp{}, scratch);
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) mean[r] *= inv_cols;
-    }
-    // Second pass over registers: the exact variance around the mean.
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      var[r] = 0.0f;
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p)
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float d = map.col(p, VEC) < a.cols ? h[r][p][i] - mean[r] : 0.0f;
-          var[r] += d * d;
-        }
-    }
-    RowReducer<G>::all_reduce(var, SumOp{}, scratch);
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const int64_t row = base + map.offset + r;
-      if (row >= a.rows) continue;
-      const float rstd = rsqrtf(var[r] * inv_cols + a.epsilon);
-      T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        const int col = map.col(p, VEC);
-        if (col >= a.cols) continue;
-        float gp[VEC], bp[VEC], out[VEC];
-        if constexpr (kCache) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) gp[i] = g[p][i], bp[i] = b[p][i];
-        } else {
-          load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, col, gp, bp);
-        }
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) out[i] = (h[r][p][i] - mean[r]) * rstd * gp[i] + bp[i];
-        store_vec<T, VEC>(y + col, out);
-      }
-      if (map.lane == 0) {
-        if (a.mean) a.mean[row] = shift[r] + mean[r];
-        if (a.rstd) a.rstd[row] = rstd;
-      }
-    }
+  };
+  if constexpr (kVersionFull) {
+    if (full) return rows_loop(std::true_type{});
   }
+  rows_loop(std::false_type{});
 }
 
 // Welford statistics of a set of values: count, mean, sum of squared deviations.
@@ -271,7 +286,7 @@ __device__ __forceinline__ void norm_forward_streamed(const xvk_norm_forward_arg
 #pragma unroll
       for (int u = 0; u < kIssue<T>; ++u) {
         const int64_t v = v0 + u * stride;
-        if (v >= vectors) break;
+        if (v >= vectors) continue;  // not break: hipcc leaves a loop with a break un-unrolled
         float h[VEC];
         unpack(raw[u], h);
         if (res) {
