@@ -723,7 +723,8 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
       status = launch_rows_smem(ctx, c, norm_forward_shared<T, VEC>, "norm_forward_shared", a.rows, 1,
                                 size_t(shared_bytes(OpKind::kNormForward, a.cols, VEC, sizeof(T))), a);
       break;
-    case Variant::kRereadSums:  // backward only (complete_config)
+    case Variant::kRereadSums:  // the backward's (complete_config)
+    case Variant::kSharedDy:    // the softmax backward's (complete_config)
       break;
   }
   return status;
