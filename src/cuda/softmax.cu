@@ -47,6 +47,7 @@ struct LogitsRow {
   const T *mask = nullptr;
   int64_t limit = 0;  // 0 for a row past the end: everything masked
 
+  LogitsRow() = default;
   __device__ __forceinline__ LogitsRow(const xvk_softmax_forward_args &a, int64_t row, bool valid) {
     if (!valid) return;
     x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
@@ -116,19 +117,35 @@ template <bool kLog, class T, int VEC, int PACKS, int G, int ROWS>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) softmax_forward_registers(const xvk_softmax_forward_args a) {
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   const RowMapping<G, ROWS> map;
+  // Lanes of up to 16 elements issue all their loads of x before using any
+  // (issue_row), so that they are in flight together; loaded pack by pack,
+  // each waited out the one before (sm_90 SASS). Wider lanes keep per-pack
+  // loads: holding the raw packs beside the floats made them spill.
+  constexpr bool kIssueFirst = PACKS * VEC * ROWS <= 16;
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
     float z[ROWS][PACKS][VEC];
     float max[ROWS];
+    LogitsRow<T> logits[ROWS];
+    Pack<T, VEC> raw[kIssueFirst ? ROWS : 1][PACKS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
-      const LogitsRow<T> logits(a, row, row < a.rows);
+      logits[r] = LogitsRow<T>(a, row, row < a.rows);
+      // Vectors past the causal limit are not read.
+      if constexpr (kIssueFirst)
+        issue_row(map, logits[r].x, row < a.rows, int(logits[r].limit < a.cols ? logits[r].limit : a.cols), raw[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
       max[r] = kNegInf;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
         if (col < a.cols) {
-          logits.load(a, col, z[r][p]);
+          if constexpr (kIssueFirst)
+            logits[r].apply(a, col, raw[r][p], z[r][p]);
+          else
+            logits[r].load(a, col, z[r][p]);
         } else {
 #pragma unroll
           for (int i = 0; i < VEC; ++i) z[r][p][i] = kNegInf;
