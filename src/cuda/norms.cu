@@ -559,24 +559,25 @@ __global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_back
 // of its PACKS vectors of columns across rows, as the register variants do,
 // so no column pass reads x and dy a third time. The dgamma sums stay in
 // registers; the dbeta sums too, or, kBetaShared (reread_sums_beta_shared),
-// in dynamic shared memory, [elems / 4][blockDim.x] float4s, so that twice
-// the columns fit; each thread touches only its own, so no barrier guards
-// them. partial gets one row of [2][cols] sums per block.
+// in dynamic shared memory, one run of float4s per thread, so that twice the
+// columns fit; each thread touches only its own, so no barrier guards them.
+// partial gets one row of [2][cols] sums per block.
 template <class T, int VEC, int PACKS, bool kBetaShared>
 __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShared))
     norm_backward_reread_sums(const xvk_norm_backward_args a, float *partial) {
   __shared__ float scratch[2][kMaxWarpsPerBlock];
-  extern __shared__ float4 beta_sums[];  // kBetaShared: [blockDim.x][PACKS * VEC / 4 + 1]
+  extern __shared__ float4 beta_sums[];  // kBetaShared: [blockDim.x][kBetaRun]
   static_assert(!kBetaShared || PACKS * VEC % 4 == 0, "shared dbeta sums are kept as float4s");
+  constexpr int kBetaRun = reread_sums_beta_run_floats(PACKS * VEC) / 4;  // float4s per thread
   const RowMapping<0, 1> map;
   const float inv_cols = 1.0f / float(a.cols);
   const bool want_beta = a.dbeta != nullptr;  // else its sums are written as 0, unread
   float acc_g[PACKS][VEC] = {}, acc_b[kBetaShared ? 1 : PACKS][VEC] = {};
   // kBetaShared: element e of this thread's columns (p * VEC + i) is
-  // component e % 4 of float4 e / 4 of the thread's own run of them. Runs are
-  // padded by one float4, so the 8 threads of one 16-byte access phase fall
-  // in different banks, and each access is the thread's base plus a constant.
-  float4 *const my_beta_sums = beta_sums + int(threadIdx.x) * (PACKS * VEC / 4 + 1);
+  // component e % 4 of float4 e / 4 of the thread's own run (padded: see
+  // reread_sums_beta_run_floats), so each access is the thread's base plus a
+  // constant.
+  float4 *const my_beta_sums = beta_sums + int(threadIdx.x) * kBetaRun;
   auto beta_sum = [&](int e) -> float & {
     float4 &s = my_beta_sums[e / 4];
     return e % 4 == 0 ? s.x : e % 4 == 1 ? s.y : e % 4 == 2 ? s.z : s.w;

@@ -54,6 +54,10 @@ inline constexpr bool reread_sums_beta_shared(int elems, int threads) {
 inline constexpr int reread_sums_max_threads(int elems, bool beta_shared) {
   return beta_shared ? reread_sums_beta_shared_max_threads(elems) : reread_sums_registers_max_threads(elems);
 }
+// Floats of one thread's run of shared dbeta sums: its columns, padded by one
+// float4 so that the threads of a 16-byte access phase fall in different
+// banks. The kernel lays the runs out with it; config_shared_bytes sizes them.
+inline constexpr int reread_sums_beta_run_floats(int elems) { return elems + 4; }
 
 // What a configuration must fit on the device that runs it.
 struct DeviceLimits {
@@ -97,8 +101,9 @@ inline constexpr int64_t config_shared_bytes(OpKind op, const Config &c, int64_t
     case Variant::kShared: return shared_bytes(op, cols, c.vec, elem_size);
     case Variant::kSharedDy: return op == OpKind::kSoftmaxBackward ? shared_row_bytes(cols, c.vec, elem_size) : 0;
     case Variant::kRereadSums:
-      // A run of packs * vec floats per thread, padded by 4 (norms.cu).
-      return reread_sums_beta_shared(c.packs * c.vec, c.threads) ? int64_t(c.threads) * (c.packs * c.vec + 4) * 4 : 0;
+      return reread_sums_beta_shared(c.packs * c.vec, c.threads)
+                 ? int64_t(c.threads) * reread_sums_beta_run_floats(c.packs * c.vec) * 4
+                 : 0;
     default: return 0;
   }
 }
