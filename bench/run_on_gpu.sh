@@ -19,6 +19,8 @@
 #   bnprofile  ncu per-kernel times and DRAM bytes of the BatchNorm kernels on one shape (BN_PROFILE_SHAPE,
 #              default 256x256x56x56; BN_PROFILE_OPS, default bn_relu_fwd,bn_relu_bwd), summarised by bench/ncu_summary.py
 #   bnsinglepass  the single-pass (cooperative) training forward against the two-pass one (XVK_BATCH_NORM_SINGLE_PASS)
+#   rowkernels ncu per-kernel times and DRAM bytes (every kernel of the op, the parameter-gradient
+#              finalize included) for each case in ROW_PROFILE_CASES, summarised by bench/ncu_summary.py
 #   rowprofile ncu (--set full) on one launch of each softmax/norm case in ROW_PROFILE_CASES (OP:DTYPE:ROWSxCOLS,
 #              space-separated), reports in $OUT/ncu-*.txt, a few headline metrics printed
 #   python     the Python binding's tests with the machine's python3 (PyTorch CUDA tensors included)
@@ -127,6 +129,16 @@ for stage in "$@"; do
         --only "${BN_PROFILE_OPS:-bn_relu_fwd,bn_relu_bwd}" --csv "$OUT/xvk-bn-profiled.csv" >"$OUT/ncu-bn.csv" 2>"$OUT/ncu-bn.err"
       echo "ncu exit $?"; tail -3 "$OUT/ncu-bn.err"
       python3 bench/ncu_summary.py "$OUT/ncu-bn.csv" | tee "$OUT/ncu-bn-summary.txt" | cut -c1-170 | head -40 ;;
+    rowkernels)
+      log rowkernels
+      for c in ${ROW_PROFILE_CASES:-layer_norm_bwd:fp16:49152x1024 layer_norm_bwd:fp32:49152x1024}; do
+        csvf="$OUT/ncu-kernels-${c//[:x]/-}.csv"
+        XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 120 ncu --clock-control none --csv -k 'regex:(softmax|norm)_' \
+          --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+          $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null >"$csvf" 2>"$OUT/ncu-kernels.err"
+        echo "$c: ncu exit $?"
+        python3 bench/ncu_summary.py "$csvf" | cut -c1-170 | head -12
+      done ;;
     rowprofile)
       log rowprofile
       for c in ${ROW_PROFILE_CASES:-softmax_fwd:fp16:49152x1024 layer_norm_fwd:fp16:49152x1024}; do

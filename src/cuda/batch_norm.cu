@@ -1174,7 +1174,7 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   void *base = nullptr;
   error_t e = ctx.workspace(size_t(planes) * Welford::K * sizeof(float), &base);
   unsigned *counter = nullptr;
-  if (e == kSuccess) e = ctx.completion_counters(&counter);
+  if (e == kSuccess) e = ctx.completion_counters(2, &counter);
   if (e != kSuccess) {
     status = device_error("allocating the workspace", e);
     return true;

@@ -35,9 +35,10 @@ struct Context {
   const DeviceInfo *info = nullptr;
   void *scratch = nullptr;  // grows, never shrinks: no allocation once warmed up
   size_t scratch_bytes = 0;
-  // Completion counters of "last block finishes" kernels: zeroed once when
-  // allocated; each kernel leaves its counter at 0 again when it ends.
+  // Completion counters of "last block finishes" kernels: zeroed when
+  // allocated; each kernel leaves its counters at 0 again when it ends.
   unsigned *counters = nullptr;
+  int counter_count = 0;
   // (kernel, threads, dynamic shared bytes) -> blocks per SM, queried once per shape.
   struct KernelShape {
     const void *kernel;
@@ -56,9 +57,9 @@ struct Context {
 
   // Scratch of at least `bytes` on the device, reused across calls.
   error_t workspace(size_t bytes, void **out);
-  // The context's zeroed completion counters (kCounters of them).
-  static constexpr int kCounters = 64;
-  error_t completion_counters(unsigned **out);
+  // At least `count` of the context's zeroed completion counters (grows,
+  // never shrinks).
+  error_t completion_counters(int count, unsigned **out);
   // Blocks per SM for a kernel at its launch shape (queried once per shape).
   // A kernel given more dynamic shared memory than the 48 KiB every device
   // grants is first allowed all that a block may have (the attribute

@@ -188,17 +188,22 @@ error_t Context::workspace(size_t bytes, void **out) {
 
 void report_error(const char *message) { report(message); }
 
-error_t Context::completion_counters(unsigned **out) {
-  if (!counters) {
+error_t Context::completion_counters(int count, unsigned **out) {
+  if (count > counter_count) {
+    if (counters) (void)free_device(counters);  // waits for the work that used them
+    counters = nullptr;
+    counter_count = 0;
+    const int n = count < 64 ? 64 : count;
     void *p = nullptr;
-    error_t e = malloc_device(&p, kCounters * sizeof(unsigned));
+    error_t e = malloc_device(&p, size_t(n) * sizeof(unsigned));
     if (e != kSuccess) return e;
-    e = memset_async(p, 0, kCounters * sizeof(unsigned), stream);  // ordered before the kernels that use it
+    e = memset_async(p, 0, size_t(n) * sizeof(unsigned), stream);  // ordered before the kernels that use them
     if (e != kSuccess) {
       (void)free_device(p);
       return e;
     }
     counters = static_cast<unsigned *>(p);
+    counter_count = n;
   }
   *out = counters;
   return kSuccess;

@@ -375,60 +375,227 @@ __global__ void __launch_bounds__(1024) norm_forward_shared(const xvk_norm_forwa
   norm_forward_streamed<T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
+// ---------------------------------------------------------------------------
+// dgamma/dbeta: the backward kernels write per-part sums, partial[part][0][col]
+// (dgamma's) and partial[part][1][col] (dbeta's), which are then added up in
+// an order fixed by the parts, the columns and the launch shape, never by
+// timing: results are bitwise reproducible. Small totals are added up by the
+// backward kernel's last block to finish (no second launch); larger ones by
+// norm_backward_finalize, whose blocks split the parts between them.
+// ---------------------------------------------------------------------------
+
+// Where a backward kernel puts its parameter-gradient sums.
+struct ParamGradSums {
+  float *partial = nullptr;    // [parts][2][cols]; null: dgamma/dbeta not wanted
+  float *lane_sums = nullptr;  // in-kernel finalize: the last block's scratch
+  unsigned *counter = nullptr; // in-kernel finalize: blocks finished; null: a finalize kernel follows
+};
+
+// Adds parts first, first + step, ... (< end) of the V columns at col, four
+// parts in flight; g and b get the dgamma and dbeta sums.
+template <int V>
+__device__ __forceinline__ void sum_parts(const float *partial, int64_t cols, int64_t col, int64_t first, int64_t end,
+                                          int64_t step, float (&g)[V], float (&b)[V]) {
+  using Vec = Pack<float, V>;
+  float sg[4][V] = {}, sb[4][V] = {};
+  int64_t part = first;
+  for (; part + 3 * step < end; part += 4 * step) {
+    Vec vg[4], vb[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float *row = partial + (part + k * step) * 2 * cols + col;
+      vg[k] = *reinterpret_cast<const Vec *>(row);
+      vb[k] = *reinterpret_cast<const Vec *>(row + cols);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int i = 0; i < V; ++i) sg[k][i] += vg[k].v[i], sb[k][i] += vb[k].v[i];
+  }
+  for (; part < end; part += step) {
+    const float *row = partial + part * 2 * cols + col;
+    const Vec vg = *reinterpret_cast<const Vec *>(row), vb = *reinterpret_cast<const Vec *>(row + cols);
+#pragma unroll
+    for (int i = 0; i < V; ++i) sg[0][i] += vg.v[i], sb[0][i] += vb.v[i];
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    g[i] = (sg[0][i] + sg[1][i]) + (sg[2][i] + sg[3][i]);
+    b[i] = (sb[0][i] + sb[1][i]) + (sb[2][i] + sb[3][i]);
+  }
+}
+
+// dgamma[col + i] = g[i] and dbeta[col + i] = b[i] in the gradients' dtype.
+template <int V>
+__device__ __forceinline__ void store_param_grads(const xvk_norm_backward_args &a, int64_t col, const float (&g)[V],
+                                                  const float (&b)[V]) {
+  auto store = [&](void *out, const float (&v)[V]) {
+    if (!out) return;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (a.dparam_dtype == XVK_DTYPE_F16)
+        static_cast<half *>(out)[col + i] = from_float<half>(v[i]);
+      else if (a.dparam_dtype == XVK_DTYPE_BF16)
+        static_cast<bfloat16 *>(out)[col + i] = from_float<bfloat16>(v[i]);
+      else
+        static_cast<float *>(out)[col + i] = v[i];
+    }
+  };
+  store(a.dgamma, g);
+  store(a.dbeta, b);
+}
+
+// The in-kernel finalize's shape: with `threads` threads over cols
+// columns, `lanes` threads share each column's parts (1: a thread takes
+// whole columns), and each thread makes `loads` loads. It loads one float
+// at a time: wider loads, with their sums, raised every backward kernel's
+// register count (the finalize code is part of the kernel).
+struct InKernelFinalize {
+  int lanes;
+  int64_t loads;
+  __host__ __device__ InKernelFinalize(int64_t parts, int64_t cols, int threads) {
+    lanes = cols >= threads ? 1 : int(threads / cols);
+    loads = 2 * (lanes == 1 ? (cols + threads - 1) / threads * parts : (parts + lanes - 1) / lanes);
+  }
+};
+// Above this many loads per thread the last block alone would take longer
+// than a finalize launch.
+inline constexpr int64_t kInKernelFinalizeLoads = 24;
+
+// Called by every thread of every block once its partial sums are written:
+// the last block to get here adds up all parts. Lane l of a column group
+// takes parts l, l + lanes, ...; the lanes' sums meet in lane_sums
+// ([lanes][2][cols]) and lane 0 adds them in lane order.
+__device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const ParamGradSums &s) {
+  __shared__ bool last;
+  __threadfence();  // this block's partial sums, before its ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(s.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every block's partial sums, after the last ticket
+  // Few parts and columns here (kInKernelFinalizeLoads): 32-bit offsets,
+  // which kept the code's register count low.
+  const int cols = int(a.cols), parts = int(gridDim.x), t = int(threadIdx.x);
+  const int lanes = InKernelFinalize(parts, cols, int(blockDim.x)).lanes;
+  const int span = lanes == 1 ? int(blockDim.x) : cols;  // threads per lane
+  const int lane = t / span, stride = lanes * 2 * cols;
+  for (int col = t % span; lane < lanes && col < cols; col += span) {  // one column each when lanes > 1
+    const float *p = s.partial + lane * 2 * cols + col;
+    float sg[4] = {}, sb[4] = {};
+    int part = lane;
+    for (; part + 3 * lanes < parts; part += 4 * lanes, p += 4 * stride) {
+      float vg[4], vb[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) vg[k] = p[k * stride], vb[k] = p[k * stride + cols];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sg[k] += vg[k], sb[k] += vb[k];
+    }
+    for (; part < parts; part += lanes, p += stride) sg[0] += p[0], sb[0] += p[cols];
+    const float g[1] = {(sg[0] + sg[1]) + (sg[2] + sg[3])}, b[1] = {(sb[0] + sb[1]) + (sb[2] + sb[3])};
+    if (lanes == 1) {
+      store_param_grads<1>(a, col, g, b);
+    } else {
+      s.lane_sums[lane * 2 * cols + col] = g[0];
+      s.lane_sums[lane * 2 * cols + cols + col] = b[0];
+    }
+  }
+  if (lanes > 1) {
+    __syncthreads();
+    const int col = t;
+    if (col < cols) {
+      float g[1] = {0.0f}, b[1] = {0.0f};
+      for (int l = 0; l < lanes; ++l) g[0] += s.lane_sums[l * 2 * cols + col], b[0] += s.lane_sums[l * 2 * cols + cols + col];
+      store_param_grads<1>(a, col, g, b);
+    }
+  }
+  if (t == 0) *s.counter = 0;  // ready for the next kernel on the stream
+}
+
 // Backward, register variants. partial (when dgamma/dbeta are wanted) gets
 // one row of [2][cols] sums per warp (groups) or per block (G == 0).
+// Lanes of up to kPrefetchElems elements load their next rows' x and dy
+// (raw vectors) before working on the current ones, so those loads are in
+// flight through the row reduction and the dx stores: one row per lane in
+// flight was too little to cover the memory latency (ncu: long-scoreboard
+// stalls first, DRAM throughput about half the copy kernel's).
 template <class T, int VEC, int PACKS, int G, int ROWS>
 __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC * ROWS))
-    norm_backward_registers(const xvk_norm_backward_args a, float *partial) {
+    norm_backward_registers(const xvk_norm_backward_args a, const ParamGradSums sums_out) {
   __shared__ float scratch[2 * ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;
+  constexpr bool kPrefetch = PACKS * VEC * ROWS <= kNormBackwardPrefetchElems;
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  // gamma of the lane's columns; 0 past the last column, where dy reads as
+  // 0 too, so those columns add nothing to any sum.
   float g[kCache ? PACKS : 1][VEC], unused[VEC];
   if constexpr (kCache) {
 #pragma unroll
-    for (int p = 0; p < PACKS; ++p)
-      if (map.col(p, VEC) < a.cols)
+    for (int p = 0; p < PACKS; ++p) {
+      if (map.col(p, VEC) < a.cols) {
         load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], unused);
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) g[p][i] = 0.0f;
+      }
+    }
   }
   float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {};
   const float inv_cols = 1.0f / float(a.cols);
-  for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
-    float xhat[ROWS][PACKS][VEC], dy[ROWS][PACKS][VEC], sums[2 * ROWS], rstd[ROWS];
+  const T *x_data = static_cast<const T *>(a.x.data), *dy_data = static_cast<const T *>(a.dy.data);
+  // The rows' inputs as loaded: rows past the end (and columns past the
+  // last) read as 0, and their mean and rstd as 0, so xhat and dy are 0.
+  Pack<T, VEC> raw_x[ROWS][PACKS], raw_dy[ROWS][PACKS];
+  float raw_mean[ROWS], raw_rstd[ROWS];
+  auto issue = [&](int64_t base) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       const bool valid = row < a.rows;
-      const float mean = valid && a.mean ? a.mean[row] : 0.0f;
-      rstd[r] = valid ? a.rstd[row] : 0.0f;
+      raw_mean[r] = valid && a.mean ? a.mean[row] : 0.0f;
+      raw_rstd[r] = valid ? a.rstd[row] : 0.0f;
+      issue_row(map, dy_data + row * a.dy.row_stride, valid, a.cols, raw_dy[r]);
+      issue_row(map, x_data + row * a.x.row_stride, valid, a.cols, raw_x[r]);
+    }
+  };
+  if constexpr (kPrefetch) issue(map.first_warp_row);
+  for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
+    if constexpr (!kPrefetch) issue(base);
+    float xhat[ROWS][PACKS][VEC], dy[ROWS][PACKS][VEC], sums[2 * ROWS], rstd[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      unpack_row(raw_x[r], xhat[r]);
+      unpack_row(raw_dy[r], dy[r]);
+      rstd[r] = raw_rstd[r];
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) xhat[r][p][i] = (xhat[r][p][i] - raw_mean[r]) * rstd[r];
+    }
+    if constexpr (kPrefetch) issue(base + map.row_step);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
       sums[2 * r] = sums[2 * r + 1] = 0.0f;
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
-        const int col = map.col(p, VEC);
         float gp[VEC];
-        if (valid && col < a.cols) {
-          load_vec<T, VEC>(static_cast<const T *>(a.dy.data) + row * a.dy.row_stride + col, dy[r][p]);
-          load_vec<T, VEC>(static_cast<const T *>(a.x.data) + row * a.x.row_stride + col, xhat[r][p]);
-          if constexpr (kCache) {
+        if constexpr (kCache) {
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) gp[i] = g[p][i];
-          } else {
-            load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, col, gp, unused);
-          }
+          for (int i = 0; i < VEC; ++i) gp[i] = g[p][i];
+        } else if (map.col(p, VEC) < a.cols) {
+          load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), gp, unused);
         } else {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) dy[r][p][i] = xhat[r][p][i] = gp[i] = 0.0f;
+          for (int i = 0; i < VEC; ++i) gp[i] = 0.0f;
         }
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          xhat[r][p][i] = (xhat[r][p][i] - mean) * rstd[r];
           const float dyg = dy[r][p][i] * gp[i];
           sums[2 * r] += dyg;
           sums[2 * r + 1] += dyg * xhat[r][p][i];
-          if (valid) {
-            acc_g[p][i] += dy[r][p][i] * xhat[r][p][i];
-            acc_b[p][i] += dy[r][p][i];
-          }
+          acc_g[p][i] += dy[r][p][i] * xhat[r][p][i];
+          acc_b[p][i] += dy[r][p][i];
           dy[r][p][i] = dyg;  // from here on dy holds dy * gamma
         }
       }
@@ -451,8 +618,8 @@ __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC 
       }
     }
   }
-  if (!partial) return;
-  float *pg = partial + int64_t(blockIdx.x) * 2 * a.cols, *pb = pg + a.cols;
+  if (!sums_out.partial) return;
+  float *pg = sums_out.partial + int64_t(blockIdx.x) * 2 * a.cols, *pb = pg + a.cols;
   if constexpr (G == 0) {
     // Each thread owns its columns: its sums are the block's.
 #pragma unroll
@@ -494,6 +661,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC 
       }
     }
   }
+  if (sums_out.counter) finalize_in_last_block(a, sums_out);
 }
 
 // The streamed backward kernels' work on one vector of a row: its share of
@@ -564,7 +732,7 @@ __global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_back
 // partial gets one row of [2][cols] sums per block.
 template <class T, int VEC, int PACKS, bool kBetaShared>
 __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShared))
-    norm_backward_reread_sums(const xvk_norm_backward_args a, float *partial) {
+    norm_backward_reread_sums(const xvk_norm_backward_args a, const ParamGradSums sums_out) {
   __shared__ float scratch[2][kMaxWarpsPerBlock];
   extern __shared__ float4 beta_sums[];  // kBetaShared: [blockDim.x][kBetaRun]
   static_assert(!kBetaShared || PACKS * VEC % 4 == 0, "shared dbeta sums are kept as float4s");
@@ -625,8 +793,8 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
       store_vec<T, VEC>(dx + col, out);
     }
   }
-  if (!partial) return;
-  float *pg = partial + int64_t(blockIdx.x) * 2 * a.cols, *pb = pg + a.cols;
+  if (!sums_out.partial) return;
+  float *pg = sums_out.partial + int64_t(blockIdx.x) * 2 * a.cols, *pb = pg + a.cols;
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     const int col = map.col(p, VEC);
@@ -641,6 +809,7 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
       }
     }
   }
+  if (sums_out.counter) finalize_in_last_block(a, sums_out);
 }
 
 // dgamma/dbeta partials for rows too wide for the register variants: block
@@ -669,36 +838,60 @@ __global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_ba
   for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[i], pb[col + i] = acc_b[i];
 }
 
-// dgamma[c] = sum over parts of partial[part][0][c] (dbeta: [1]). Lane y of
-// kFinalizeLanes sums parts y, y + lanes, ... with four interleaved
-// accumulators (loads in flight), then lanes are added in order: a fixed
-// order, whatever the timing.
-constexpr int kFinalizeLanes = 32;
-template <class P>
+// The finalize kernel: block (x, y) adds up slice y of the parts for the
+// 32 * V columns of tile x; lane l (threadIdx.y) of kFinalizeLanes takes
+// parts l, l + lanes, ... of the slice, and lane 0 adds the lanes' sums in
+// order. With one slice that is the result; with more, each slice's sums go
+// to slice_sums[slice][2][cols], and the tile's last block to finish (a
+// ticket on counters[x]) adds them in slice order.
+constexpr int kFinalizeLanes = 8;
+template <int V>
 __global__ void __launch_bounds__(32 * kFinalizeLanes)
-    norm_backward_finalize(const float *partial, int64_t parts, int64_t cols, P *dgamma, P *dbeta) {
-  __shared__ float sums[2][kFinalizeLanes][33];
-  const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  float sg[4] = {}, sb[4] = {};
-  if (col < cols) {
-    int64_t part = threadIdx.y;
-    for (; part + 3 * kFinalizeLanes < parts; part += 4 * kFinalizeLanes)
+    norm_backward_finalize(const xvk_norm_backward_args a, const float *partial, int64_t parts, float *slice_sums,
+                           unsigned *counters) {
+  __shared__ float lane_sums[kFinalizeLanes][2][32 * V];
+  __shared__ bool last;
+  const int x = int(threadIdx.x), y = int(threadIdx.y);
+  const int64_t col = (int64_t(blockIdx.x) * 32 + x) * V;
+  const bool in = col < a.cols;
+  const int64_t per_slice = (parts + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = int64_t(blockIdx.y) * per_slice, end = begin + per_slice < parts ? begin + per_slice : parts;
+  float g[V] = {}, b[V] = {};
+  if (in) sum_parts<V>(partial, a.cols, col, begin + y, end, kFinalizeLanes, g, b);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float *row = partial + (part + k * kFinalizeLanes) * 2 * cols;
-        sg[k] += row[col];
-        sb[k] += row[cols + col];
-      }
-    for (; part < parts; part += kFinalizeLanes) sg[0] += partial[part * 2 * cols + col], sb[0] += partial[part * 2 * cols + cols + col];
-  }
-  sums[0][threadIdx.y][threadIdx.x] = (sg[0] + sg[1]) + (sg[2] + sg[3]);
-  sums[1][threadIdx.y][threadIdx.x] = (sb[0] + sb[1]) + (sb[2] + sb[3]);
+  for (int i = 0; i < V; ++i) lane_sums[y][0][x * V + i] = g[i], lane_sums[y][1][x * V + i] = b[i];
   __syncthreads();
-  if (threadIdx.y != 0 || col >= cols) return;
-  float g = 0.0f, b = 0.0f;
-  for (int k = 0; k < kFinalizeLanes; ++k) g += sums[0][k][threadIdx.x], b += sums[1][k][threadIdx.x];
-  if (dgamma) dgamma[col] = from_float<P>(g);
-  if (dbeta) dbeta[col] = from_float<P>(b);
+  if (y == 0) {
+    for (int l = 1; l < kFinalizeLanes; ++l)
+#pragma unroll
+      for (int i = 0; i < V; ++i) g[i] += lane_sums[l][0][x * V + i], b[i] += lane_sums[l][1][x * V + i];
+  }
+  if (gridDim.y == 1) {
+    if (y == 0 && in) store_param_grads<V>(a, col, g, b);
+    return;
+  }
+  if (y == 0 && in) {
+    float *mine = slice_sums + int64_t(blockIdx.y) * 2 * a.cols + col;
+#pragma unroll
+    for (int i = 0; i < V; ++i) mine[i] = g[i], mine[a.cols + i] = b[i];
+  }
+  __threadfence();  // this slice's sums, before its ticket
+  __syncthreads();
+  if (x == 0 && y == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every slice's sums, after the last ticket
+  if (y == 0 && in) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) g[i] = b[i] = 0.0f;
+    for (unsigned slice = 0; slice < gridDim.y; ++slice) {
+      const float *theirs = slice_sums + int64_t(slice) * 2 * a.cols + col;
+#pragma unroll
+      for (int i = 0; i < V; ++i) g[i] += theirs[i], b[i] += theirs[a.cols + i];
+    }
+    store_param_grads<V>(a, col, g, b);
+  }
+  if (x == 0 && y == 0) counters[blockIdx.x] = 0;  // ready for the next kernel on the stream
 }
 
 template <class T, int VEC>
@@ -731,14 +924,41 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
   return status;
 }
 
+// How norm_backward_finalize splits the parts: enough blocks to fill the
+// device, each lane of a block taking at least 4 parts.
+struct FinalizeGrid {
+  int vec;
+  int64_t tiles, slices;
+  FinalizeGrid(const Context &ctx, int64_t parts, int64_t cols) {
+    vec = cols % 4 == 0 ? 4 : 1;
+    tiles = ceil_div(cols, 32 * vec);
+    const int64_t want = ceil_div(2 * int64_t(ctx.info->sm_count), tiles);
+    slices = std::max<int64_t>(1, std::min<int64_t>(want, parts / (4 * kFinalizeLanes)));
+  }
+};
+
+// Workspace floats for the parameter-gradient sums of `parts` parts: the
+// parts, then room for the finalize's slice sums or for the last block's
+// lane sums (lanes * cols <= threads * 4, threads <= 1024).
+int64_t param_grad_workspace_floats(const Context &ctx, int64_t parts, int64_t cols) {
+  const FinalizeGrid grid(ctx, parts, cols);
+  return parts * 2 * cols + std::max<int64_t>(grid.slices * 2 * cols, 2 * 1024);
+}
+
+// The finalize kernel over `parts` parts at `partial` (the workspace).
 xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const float *partial, int64_t parts) {
-  const dim3 block(32, kFinalizeLanes);
-  const int blocks = int(ceil_div(a.cols, 32));
-  with_dtype(a.dparam_dtype, [&](auto tag) {
-    using P = decltype(tag);
-    norm_backward_finalize<P><<<blocks, block, 0, ctx.stream>>>(partial, parts, a.cols, static_cast<P *>(a.dgamma),
-                                                                static_cast<P *>(a.dbeta));
-  });
+  const FinalizeGrid grid(ctx, parts, a.cols);
+  unsigned *counters = nullptr;
+  if (grid.slices > 1) {
+    const error_t e = ctx.completion_counters(int(grid.tiles), &counters);
+    if (e != kSuccess) return device_error("allocating completion counters", e);
+  }
+  float *slice_sums = const_cast<float *>(partial) + parts * 2 * a.cols;
+  const dim3 blocks(unsigned(grid.tiles), unsigned(grid.slices)), block(32, kFinalizeLanes);
+  if (grid.vec == 4)
+    norm_backward_finalize<4><<<blocks, block, 0, ctx.stream>>>(a, partial, parts, slice_sums, counters);
+  else
+    norm_backward_finalize<1><<<blocks, block, 0, ctx.stream>>>(a, partial, parts, slice_sums, counters);
   return check_launch("norm_backward_finalize");
 }
 
@@ -758,7 +978,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     const int64_t rows_per_chunk = a.rows == 0 ? 1 : ceil_div(a.rows, chunks);
     const int64_t parts = a.rows == 0 ? 1 : ceil_div(a.rows, rows_per_chunk);
     void *partial = nullptr;
-    if (ctx.workspace(size_t(parts) * 2 * size_t(a.cols) * sizeof(float), &partial) != kSuccess)
+    if (ctx.workspace(size_t(param_grad_workspace_floats(ctx, parts, a.cols)) * sizeof(float), &partial) != kSuccess)
       return XVK_ERROR_OUT_OF_MEMORY;
     norm_param_grad_columns<T, VEC><<<dim3(unsigned(col_blocks), unsigned(parts)), threads, 0, ctx.stream>>>(
         a, static_cast<float *>(partial), rows_per_chunk);
@@ -769,19 +989,29 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
   auto launch = [&](auto kernel, const char *name, int64_t rows_per_block, size_t smem) {
     const int resident = ctx.blocks_per_sm(kernel, c.threads, smem);
     const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident, c.blocks_per_sm);
-    float *partial = nullptr;
     const int64_t parts = blocks;
+    ParamGradSums sums;
+    bool in_kernel = false;  // the kernel's last block adds up the parts
     if (want_params) {
       void *p = nullptr;
-      if (ctx.workspace(size_t(parts) * 2 * size_t(a.cols) * sizeof(float), &p) != kSuccess) {
+      if (ctx.workspace(size_t(param_grad_workspace_floats(ctx, parts, a.cols)) * sizeof(float), &p) != kSuccess) {
         status = XVK_ERROR_OUT_OF_MEMORY;
         return;
       }
-      partial = static_cast<float *>(p);
+      sums.partial = static_cast<float *>(p);
+      in_kernel = InKernelFinalize(parts, a.cols, c.threads).loads <= kInKernelFinalizeLoads;
+      if (in_kernel) {
+        sums.lane_sums = sums.partial + parts * 2 * a.cols;
+        const error_t e = ctx.completion_counters(1, &sums.counter);
+        if (e != kSuccess) {
+          status = device_error("allocating completion counters", e);
+          return;
+        }
+      }
     }
-    kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, partial);
+    kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, sums);
     status = check_launch(name);
-    if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, partial, parts);
+    if (status == XVK_SUCCESS && want_params && !in_kernel) status = finalize(ctx, a, sums.partial, parts);
   };
   if (c.variant == Variant::kGroup) {
     with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {

@@ -201,8 +201,8 @@ excerpt() {
   excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2>(' \
     "Norm backward, group registers (float32, groups of 8 lanes; dgamma/dbeta partials summed across the wavefront)" reduce \
     '^v_xor_b32_e32 v[0-9]+, 32, v' 
-  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_finalize<float>(' \
-    "Norm backward finalize (dgamma/dbeta from the partials, float32)" lds
+  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_finalize<4>(' \
+    "Norm backward finalize (dgamma/dbeta from the partials, 4 columns per thread)" lds
   excerpt softmax gfx1030 'void xvk::gpu::(anonymous namespace)::softmax_forward_registers<false, float, 4, 1, 32, 1>(' \
     "Group registers on wave32 (the first kernel again)" reduce
   excerpt norms gfx1030 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2>(' \

@@ -35,6 +35,9 @@ inline constexpr bool is_backward(OpKind op) {
 // (65536 registers per SM / the bound = registers per thread, at most 255).
 // Backward kernels hold two inputs and, for the norms, two accumulators per
 // element. Checked against the compiler's spill report (ptxas -v).
+// Norm backward register kernels whose lanes hold up to this many elements
+// load their next rows while working on the current ones (norms.cu).
+inline constexpr int kNormBackwardPrefetchElems = 16;
 inline constexpr int register_kernel_max_threads(bool backward, int elems) {
   return backward ? (elems <= 8 ? 1024 : elems <= 16 ? 512 : 256) : (elems <= 32 ? 1024 : 512);
 }
