@@ -9,9 +9,12 @@
 //    statistics (Chan's parallel formula) in the first read; its backward
 //    keeps dgamma/dbeta sums in registers while they fit (kRereadSums),
 //    else sums them in a separate pass over columns.
-// dgamma/dbeta are reduced without float atomics: each warp (register
-// variants) or row chunk (reread) writes its partial sums, and a finalize
-// kernel adds them in a fixed order, so results are bitwise reproducible.
+// dgamma/dbeta are reduced without float atomics: each block (register
+// variants) or row chunk (reread) writes its partial sums, which are added
+// in a fixed order (by the kernel's last block when they are few, else by
+// a finalize kernel), so results are bitwise reproducible.
+// The backward register kernels load their next rows while working on the
+// current ones where registers allow (kPrefetch).
 #include <algorithm>
 
 #include "cuda/common.cuh"
@@ -520,7 +523,7 @@ __device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const Pa
 // flight was too little to cover the memory latency (ncu: long-scoreboard
 // stalls first, DRAM throughput about half the copy kernel's).
 template <class T, int VEC, int PACKS, int G, int ROWS>
-__global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC * ROWS))
+__global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackward, G, PACKS * VEC * ROWS))
     norm_backward_registers(const xvk_norm_backward_args a, const ParamGradSums sums_out) {
   __shared__ float scratch[2 * ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;

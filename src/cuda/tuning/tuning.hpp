@@ -37,9 +37,17 @@ inline constexpr bool is_backward(OpKind op) {
 // element. Checked against the compiler's spill report (ptxas -v).
 // Norm backward register kernels whose lanes hold up to this many elements
 // load their next rows while working on the current ones (norms.cu).
-inline constexpr int kNormBackwardPrefetchElems = 16;
+inline constexpr int kNormBackwardPrefetchElems = 32;
 inline constexpr int register_kernel_max_threads(bool backward, int elems) {
   return backward ? (elems <= 8 ? 1024 : elems <= 16 ? 512 : 256) : (elems <= 32 ? 1024 : 512);
+}
+// The same for one op's kernel of `group` lanes per row (0: a block per row).
+// The norm backward's group kernels also hold their prefetched rows and, at
+// the end, reduce their dgamma/dbeta sums across lanes: with 5 to 8 elements
+// they spilled under the 64-register budget of 1024 threads (ptxas, sm_90).
+inline constexpr int register_kernel_max_threads(OpKind op, int group, int elems) {
+  if (op == OpKind::kNormBackward && group > 0 && elems > 4 && elems <= 8) return 512;
+  return register_kernel_max_threads(is_backward(op), elems);
 }
 
 // kRereadSums: a thread keeps the dgamma and dbeta sums of its packs * vec
