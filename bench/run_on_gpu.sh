@@ -32,6 +32,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 BUILD=build/gpu
+# Per-kernel time and DRAM traffic (bnprofile, rowkernels; read by bench/ncu_summary.py).
+NCU_TIME_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
 log() { printf '\n=== %s (%ss) ===\n' "$1" "$SECONDS"; }
 # sha256 over the contents of src/ and include/ (path order): matches a GPU run to a commit.
 source_fingerprint() { find src include -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16; }
@@ -124,7 +126,7 @@ for stage in "$@"; do
       log bnprofile
       XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 300 ncu --clock-control none --csv \
         -k 'regex:reduce_|apply|finalize|single_pass|inference_coef' \
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        --metrics $NCU_TIME_METRICS \
         $BUILD/bin/xvk-bench --batch-norm --reps 20 --shape "${BN_PROFILE_SHAPE:-256x256x56x56}" \
         --only "${BN_PROFILE_OPS:-bn_relu_fwd,bn_relu_bwd}" --csv "$OUT/xvk-bn-profiled.csv" >"$OUT/ncu-bn.csv" 2>"$OUT/ncu-bn.err"
       echo "ncu exit $?"; tail -3 "$OUT/ncu-bn.err"
@@ -134,7 +136,7 @@ for stage in "$@"; do
       for c in ${ROW_PROFILE_CASES:-layer_norm_bwd:fp16:49152x1024 layer_norm_bwd:fp32:49152x1024}; do
         csvf="$OUT/ncu-kernels-${c//[:x]/-}.csv"
         XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 120 ncu --clock-control none --csv -k 'regex:(softmax|norm)_' \
-          --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+          --metrics $NCU_TIME_METRICS \
           $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null >"$csvf" 2>"$OUT/ncu-kernels.err"
         echo "$c: ncu exit $?"
         python3 bench/ncu_summary.py "$csvf" | cut -c1-170 | head -12

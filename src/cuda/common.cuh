@@ -172,10 +172,10 @@ struct RowMapping {
 // A lane's share of a row loaded in two steps: first every load is issued
 // (issue_row), then the values are unpacked (unpack_row). With a use between
 // two loads, each load would wait out the previous one's memory latency;
-// issued together, they are in flight at once. The norm forward register
-// kernels load this way; the softmax ones do not (holding the raw vectors
-// beside the floats made them spill). Vectors not loaded (col >= cols, or
-// !valid) read as 0.
+// issued together, they are in flight at once. The norm register kernels
+// load this way, and the softmax forward ones with lanes of up to 16
+// elements (with more, holding the raw vectors beside the floats spilled).
+// Vectors not loaded (col >= cols, or !valid) read as 0.
 template <class T, int VEC, int PACKS, class Map>
 __device__ __forceinline__ void issue_row(const Map &map, const T *row, bool valid, int cols, Pack<T, VEC> (&raw)[PACKS]) {
   using Raw = Pack<T, VEC>;

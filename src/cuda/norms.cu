@@ -390,7 +390,7 @@ __global__ void __launch_bounds__(1024) norm_forward_shared(const xvk_norm_forwa
 // Where a backward kernel puts its parameter-gradient sums.
 struct ParamGradSums {
   float *partial = nullptr;    // [parts][2][cols]; null: dgamma/dbeta not wanted
-  float *lane_sums = nullptr;  // in-kernel finalize: the last block's scratch
+  float *lane_sums = nullptr;  // in-kernel finalize: the last block's scratch, after the parts
   unsigned *counter = nullptr; // in-kernel finalize: blocks finished; null: a finalize kernel follows
 };
 
@@ -516,8 +516,8 @@ __device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const Pa
 }
 
 // Backward, register variants. partial (when dgamma/dbeta are wanted) gets
-// one row of [2][cols] sums per warp (groups) or per block (G == 0).
-// Lanes of up to kPrefetchElems elements load their next rows' x and dy
+// one row of [2][cols] sums per block.
+// Lanes of up to kNormBackwardPrefetchElems elements load their next rows' x and dy
 // (raw vectors) before working on the current ones, so those loads are in
 // flight through the row reduction and the dx stores: one row per lane in
 // flight was too little to cover the memory latency (ncu: long-scoreboard
@@ -942,21 +942,21 @@ struct FinalizeGrid {
 
 // Workspace floats for the parameter-gradient sums of `parts` parts: the
 // parts, then room for the finalize's slice sums or for the last block's
-// lane sums (lanes * cols <= threads * 4, threads <= 1024).
+// lane sums (lanes * cols <= threads <= 1024).
 int64_t param_grad_workspace_floats(const Context &ctx, int64_t parts, int64_t cols) {
   const FinalizeGrid grid(ctx, parts, cols);
   return parts * 2 * cols + std::max<int64_t>(grid.slices * 2 * cols, 2 * 1024);
 }
 
 // The finalize kernel over `parts` parts at `partial` (the workspace).
-xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const float *partial, int64_t parts) {
+xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, float *partial, int64_t parts) {
   const FinalizeGrid grid(ctx, parts, a.cols);
   unsigned *counters = nullptr;
   if (grid.slices > 1) {
     const error_t e = ctx.completion_counters(int(grid.tiles), &counters);
     if (e != kSuccess) return device_error("allocating completion counters", e);
   }
-  float *slice_sums = const_cast<float *>(partial) + parts * 2 * a.cols;
+  float *slice_sums = partial + parts * 2 * a.cols;
   const dim3 blocks(unsigned(grid.tiles), unsigned(grid.slices)), block(32, kFinalizeLanes);
   if (grid.vec == 4)
     norm_backward_finalize<4><<<blocks, block, 0, ctx.stream>>>(a, partial, parts, slice_sums, counters);
@@ -986,7 +986,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     norm_param_grad_columns<T, VEC><<<dim3(unsigned(col_blocks), unsigned(parts)), threads, 0, ctx.stream>>>(
         a, static_cast<float *>(partial), rows_per_chunk);
     status = check_launch("norm_param_grad_columns");
-    return status == XVK_SUCCESS ? finalize(ctx, a, static_cast<const float *>(partial), parts) : status;
+    return status == XVK_SUCCESS ? finalize(ctx, a, static_cast<float *>(partial), parts) : status;
   }
   // smem: the group variants' cross-warp sums of one pack of columns.
   auto launch = [&](auto kernel, const char *name, int64_t rows_per_block, size_t smem) {
