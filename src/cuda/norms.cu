@@ -948,7 +948,8 @@ int64_t param_grad_workspace_floats(const Context &ctx, int64_t parts, int64_t c
   return parts * 2 * cols + std::max<int64_t>(grid.slices * 2 * cols, 2 * 1024);
 }
 
-// The finalize kernel over `parts` parts at `partial` (the workspace).
+// The finalize kernel over `parts` parts at `partial` (the workspace; its
+// counters were reserved by param_grad_scratch, so none is allocated here).
 xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, float *partial, int64_t parts) {
   const FinalizeGrid grid(ctx, parts, a.cols);
   unsigned *counters = nullptr;
@@ -965,28 +966,48 @@ xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, float *part
   return check_launch("norm_backward_finalize");
 }
 
+// The scratch for `parts` parts of dgamma/dbeta sums: the workspace and the
+// completion counters that adding them up will use (in the kernel's last
+// block when in_kernel, else in norm_backward_finalize), obtained before any
+// kernel of the call runs, so that a failure leaves every output unwritten.
+xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool in_kernel, ParamGradSums *out) {
+  void *p = nullptr;
+  if (ctx.workspace(size_t(param_grad_workspace_floats(ctx, parts, cols)) * sizeof(float), &p) != kSuccess)
+    return XVK_ERROR_OUT_OF_MEMORY;
+  out->partial = static_cast<float *>(p);
+  const FinalizeGrid grid(ctx, parts, cols);
+  const int counters = in_kernel ? 1 : grid.slices > 1 ? int(grid.tiles) : 0;
+  if (in_kernel) out->lane_sums = out->partial + parts * 2 * cols;
+  if (counters > 0) {
+    unsigned *c = nullptr;
+    const error_t e = ctx.completion_counters(counters, &c);
+    if (e != kSuccess) return device_error("allocating completion counters", e);
+    if (in_kernel) out->counter = c;
+  }
+  return XVK_SUCCESS;
+}
+
 template <class T, int VEC>
 xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_args &a) {
   const bool want_params = a.dgamma || a.dbeta;
   xvk_status_t status = XVK_ERROR_INTERNAL;
   if (c.variant == Variant::kReread) {
-    if (a.rows > 0) {
-      status = launch_rows(ctx, c, norm_backward_reread<T, VEC>, "norm_backward_reread", a.rows, 1, a);
-      if (status != XVK_SUCCESS || !want_params) return status;
-    }
     // Column sums over row chunks: enough blocks to fill the device.
     const int threads = 256;
     const int64_t col_blocks = ceil_div(ceil_div(a.cols, VEC), threads);
     const int64_t chunks = a.rows == 0 ? 1 : std::min<int64_t>(a.rows, std::max<int64_t>(1, 4 * ctx.info->sm_count / col_blocks));
     const int64_t rows_per_chunk = a.rows == 0 ? 1 : ceil_div(a.rows, chunks);
     const int64_t parts = a.rows == 0 ? 1 : ceil_div(a.rows, rows_per_chunk);
-    void *partial = nullptr;
-    if (ctx.workspace(size_t(param_grad_workspace_floats(ctx, parts, a.cols)) * sizeof(float), &partial) != kSuccess)
-      return XVK_ERROR_OUT_OF_MEMORY;
+    ParamGradSums sums;
+    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, false, &sums)) != XVK_SUCCESS) return status;
+    if (a.rows > 0) {
+      status = launch_rows(ctx, c, norm_backward_reread<T, VEC>, "norm_backward_reread", a.rows, 1, a);
+      if (status != XVK_SUCCESS || !want_params) return status;
+    }
     norm_param_grad_columns<T, VEC><<<dim3(unsigned(col_blocks), unsigned(parts)), threads, 0, ctx.stream>>>(
-        a, static_cast<float *>(partial), rows_per_chunk);
+        a, sums.partial, rows_per_chunk);
     status = check_launch("norm_param_grad_columns");
-    return status == XVK_SUCCESS ? finalize(ctx, a, static_cast<float *>(partial), parts) : status;
+    return status == XVK_SUCCESS ? finalize(ctx, a, sums.partial, parts) : status;
   }
   // smem: the group variants' cross-warp sums of one pack of columns.
   auto launch = [&](auto kernel, const char *name, int64_t rows_per_block, size_t smem) {
@@ -994,24 +1015,9 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident, c.blocks_per_sm);
     const int64_t parts = blocks;
     ParamGradSums sums;
-    bool in_kernel = false;  // the kernel's last block adds up the parts
-    if (want_params) {
-      void *p = nullptr;
-      if (ctx.workspace(size_t(param_grad_workspace_floats(ctx, parts, a.cols)) * sizeof(float), &p) != kSuccess) {
-        status = XVK_ERROR_OUT_OF_MEMORY;
-        return;
-      }
-      sums.partial = static_cast<float *>(p);
-      in_kernel = InKernelFinalize(parts, a.cols, c.threads).loads <= kInKernelFinalizeLoads;
-      if (in_kernel) {
-        sums.lane_sums = sums.partial + parts * 2 * a.cols;
-        const error_t e = ctx.completion_counters(1, &sums.counter);
-        if (e != kSuccess) {
-          status = device_error("allocating completion counters", e);
-          return;
-        }
-      }
-    }
+    // The kernel's last block adds up the parts when they are few.
+    const bool in_kernel = want_params && InKernelFinalize(parts, a.cols, c.threads).loads <= kInKernelFinalizeLoads;
+    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, in_kernel, &sums)) != XVK_SUCCESS) return;
     kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, sums);
     status = check_launch(name);
     if (status == XVK_SUCCESS && want_params && !in_kernel) status = finalize(ctx, a, sums.partial, parts);
