@@ -170,9 +170,20 @@ __device__ __forceinline__ Pack<T, VEC> load_pack_tail(const T *p, int64_t e, in
   return k;
 }
 
-// One vector of the forward: y = relu?((x - center) * a + b (+ z)), rounded
-// to T, and its mask bits (bit j: stored y[j] > 0, for j < valid). coef_of(j)
-// gives element j's coefficients and is called for j = 0, 1, ... in order.
+// The largest float that rounding to nearest even makes 0 in T: y stored as T
+// is > 0 exactly when the float it is rounded from is above this (NaN: not
+// above). Saves rounding every element twice (to T and back) for the mask.
+template <class T>
+__device__ __forceinline__ float largest_rounding_to_zero() {
+  if constexpr (sizeof(T) == 4) return 0.0f;
+  else if constexpr (std::is_same_v<T, half>) return 0x1p-25f;  // half fp16's least subnormal 2^-24: ties to 0
+  else return 0x1p-134f;                                         // half bfloat16's least subnormal 2^-133
+}
+
+// One vector of the forward: y = relu?((x - center) * a + b (+ z)) in float
+// (the store rounds it to T), and its mask bits (bit j: stored y[j] > 0, for
+// j < valid). coef_of(j) gives element j's coefficients and is called for
+// j = 0, 1, ... in order.
 template <class T, int VEC, class CoefOf>
 __device__ __forceinline__ uint32_t forward_vector(const float (&xf)[VEC], const float (&zf)[VEC], bool has_z,
                                                    int do_relu, int valid, CoefOf coef_of, float (&out)[VEC]) {
@@ -183,8 +194,8 @@ __device__ __forceinline__ uint32_t forward_vector(const float (&xf)[VEC], const
     float val = (xf[j] - k.center) * k.a + k.b;
     if (has_z) val += zf[j];
     if (do_relu) val = relu(val);
-    out[j] = to_float(from_float<T>(val));
-    if (out[j] > 0.0f && j < valid) bits |= 1u << j;
+    out[j] = val;
+    if (val > largest_rounding_to_zero<T>() && j < valid) bits |= 1u << j;
   }
   return bits;
 }
@@ -300,23 +311,32 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 
 // Pass 2 over the tensor as rows (Shape), when row_len is a multiple of the
 // vector (and of 32 when a mask is written): a thread owns one column vector,
-// keeps its VEC elements' coefficients in registers (channels-last: VEC
-// channels; channels-first: the one or two channels the vector touches) and
-// walks down the rows, instead of finding and loading a coefficient per
-// element. tx lanes across column vectors, ty down rows; grid (column tiles,
-// row blocks). The lanes of one mask word (32 columns of a row) are
+// keeps its VEC elements' coefficients in registers and walks down the rows,
+// instead of finding and loading a coefficient per element. UNIFORM: the
+// vector lies in one channel (channels-first, s % VEC == 0), so one set of
+// coefficients, not VEC (40 registers instead of 63 for 16-bit: more
+// resident warps, more loads in flight). (Loading 2 or 4 rows ahead per
+// thread was slower on the H200: the registers cost more warps than the
+// loads gained.) tx lanes across column vectors, ty down rows; grid (column
+// tiles, row blocks). The lanes of one mask word (32 columns of a row) are
 // consecutive tx of one ty, and every lane runs the same row loop, so all
 // reach store_mask_word.
-template <class T, int VEC>
+template <int VEC, bool UNIFORM>
+__device__ __forceinline__ void column_coefficients(const Shape &sh, const Coef *coef, int64_t col0, bool active,
+                                                    Coef (&k)[UNIFORM ? 1 : VEC]) {
+#pragma unroll
+  for (int j = 0; j < (UNIFORM ? 1 : VEC); ++j) k[j] = active ? coef[column_channel(sh, col0 + j)] : Coef{};
+}
+
+template <class T, int VEC, bool UNIFORM>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const Coef *coef, int do_relu,
                                                                int tile) {
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   const bool active = col0 < sh.row_len;
-  Coef k[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) k[j] = active ? coef[column_channel(sh, col0 + j)] : Coef{};
+  Coef k[UNIFORM ? 1 : VEC];
+  column_coefficients<VEC, UNIFORM>(sh, coef, col0, active, k);
   const int64_t rows = sh.rows;
   for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
     const int64_t e = r * sh.row_len + col0;
@@ -328,23 +348,22 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
       float xf[VEC], zf[VEC], out[VEC];
       unpack(xs, xf);
       if (z) unpack(zs, zf);
-      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int j) { return k[j]; }, out);
+      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int j) { return k[UNIFORM ? 0 : j]; }, out);
       store_vec<T, VEC>(y + e, out);
     }
     if (mask) store_mask_word<VEC>(mask, e, bits, tx % (kWordBits / VEC), active);
   }
 }
 
-template <class T, int VEC>
+template <class T, int VEC, bool UNIFORM>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y,
                                                                 const uint32_t *mask, T *dx, T *dz,
                                                                 const Coef *coef, int do_relu, int tile) {
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   if (col0 >= sh.row_len) return;
-  Coef k[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) k[j] = coef[column_channel(sh, col0 + j)];
+  Coef k[UNIFORM ? 1 : VEC];
+  column_coefficients<VEC, UNIFORM>(sh, coef, col0, true, k);
   const int64_t rows = sh.rows;
   for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
     const int64_t e = r * sh.row_len + col0;
@@ -353,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply_rows
     float g[VEC], xf[VEC], out[VEC];
     unpack(dys, g);
     unpack(xs, xf);
-    backward_vector(g, xf, bits, [&](int j) { return k[j]; }, out);
+    backward_vector(g, xf, bits, [&](int j) { return k[UNIFORM ? 0 : j]; }, out);
     if (dz) store_vec<T, VEC>(dz + e, g);
     store_vec<T, VEC>(dx + e, out);
   }
@@ -423,6 +442,7 @@ struct StatsSource : Welford {
   const T *x;
   int64_t shift_stride;  // the channel's first element is x[ch * shift_stride]
   static constexpr int kBatch = VEC == 1 ? 8 : 4;  // items per batch: 4 x 16 bytes in flight per thread
+  static constexpr int kRowBatch = kBatch;          // the same for channels-last rows
   // Blocks per SM of the reductions: 16-bit batches, unpacked for the two
   // passes over them, spilled under 64 registers.
   static constexpr int kFirstMinBlocks = sizeof(T) == 2 ? 3 : 4, kLastMinBlocks = 3;
@@ -476,22 +496,36 @@ struct StatsSource : Welford {
     const float b[K] = {float(count), mean, sum_of(part)};
     merge(a, b);
   }
-  template <int U>
+  // Channels-last: item u is row u's VEC channels, rows u < valid in use
+  // (kFull: all U, so no per-element test). Every channel of a thread has
+  // seen the same rows, so all share one count and one merge weight: one
+  // division per batch, not one per channel (channels-last 16-bit ran at
+  // ~9 instructions per byte loaded with a division per channel per batch,
+  // over twice what the issue rate allows at full bandwidth). d = x - shift
+  // is kept from the first pass for the second.
+  template <bool kFull, int U>
   __device__ void add_rows(float (&a)[VEC][K], const Item (&it)[U], int valid, const float (&shift)[VEC]) const {
+    if (kFull) valid = U;
     const float count = float(valid), inv = 1.0f / count;
+    const float n = a[0][0] + count, w = count / n, aw = a[0][0] * w;  // Chan's merge, as Welford::merge
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      float sum = 0.0f, m2 = 0.0f;
+      float d[U], sum = 0.0f, m2 = 0.0f;
 #pragma unroll
-      for (int u = 0; u < U; ++u) sum += u < valid ? element(it[u].v, j) - shift[j] : 0.0f;
+      for (int u = 0; u < U; ++u) {
+        d[u] = element(it[u].v, j) - shift[j];
+        sum += kFull || u < valid ? d[u] : 0.0f;
+      }
       const float mean = sum * inv;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const float d = element(it[u].v, j) - shift[j] - mean;
-        m2 += u < valid ? d * d : 0.0f;
+        const float e = d[u] - mean;
+        m2 += kFull || u < valid ? e * e : 0.0f;
       }
-      const float b[K] = {count, mean, m2};
-      merge(a[j], b);
+      const float dm = mean - a[j][1];
+      a[j][1] += dm * w;
+      a[j][2] += m2 + dm * dm * aw;
+      a[j][0] = n;
     }
   }
 };
@@ -539,6 +573,11 @@ struct GradSource : Sums {
   // the sums are two floats each; six 16-byte loads per thread still keep
   // ~100 KB in flight per SM).
   static constexpr int kBatch = VEC == 1 ? 8 : sizeof(T) == 2 ? 2 : 3;
+  // Channels-last rows are added one channel at a time (add_rows unpacks a
+  // channel's U values, not the whole batch), so 16-bit rows go three at a
+  // time (two left 64 bytes in flight per thread at 2 blocks per SM; four
+  // spilled bf16 under 128 registers).
+  static constexpr int kRowBatch = VEC > 1 && sizeof(T) == 2 ? 3 : kBatch;
   // Blocks per SM of the reductions: channels-last 16-bit spilled with 3.
   static constexpr int kFirstMinBlocks = 4, kLastMinBlocks = sizeof(T) == 2 ? 2 : 3;
   struct Item {
@@ -581,14 +620,14 @@ struct GradSource : Sums {
     add(a, 0, sum_of(s0));
     add(a, 1, sum_of(s1));
   }
-  template <int U>
+  template <bool kFull, int U>
   __device__ void add_rows(float (&a)[VEC][K], const Item (&it)[U], int valid, const float (&m)[VEC]) const {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const bool in = u < valid;
+        const bool in = kFull || u < valid;
         const float gj = in && ((it[u].gate >> j) & 1u) ? element(it[u].g, j) : 0.0f;
         const float dx = in ? element(it[u].x, j) - m[j] : 0.0f;
         s0 += gj;
@@ -747,12 +786,12 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
 
 // Channels-last reduction: the tensor is rows (n, s) x c columns. Block
 // (column tile, part): tx lanes across VEC-wide column vectors, ty down the
-// part's rows, kBatch rows at a time; states merged over ty in shared memory.
+// part's rows, kRowBatch rows at a time; states merged over ty in shared memory.
 template <class Src, int VEC>
 __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
     reduce_channels_last(Shape sh, Src src, int tile, FastDivider div_parts, float *partials) {
   using Op = Src;
-  constexpr int U = Src::kBatch;
+  constexpr int U = Src::kRowBatch;
   __shared__ float tree[VEC][Op::K][kThreads];  // thread innermost: no bank conflicts
   const int part = int(blockIdx.y);
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
@@ -782,7 +821,10 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
           valid = u + 1;
         }
       }
-      src.add_rows(a, it, valid, context);
+      if (valid == U)  // every batch but a part's last
+        src.template add_rows<true>(a, it, valid, context);
+      else
+        src.template add_rows<false>(a, it, valid, context);
     }
   }
 #pragma unroll
@@ -1072,7 +1114,7 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
       const int rows_step = kThreads / tile;
       const int64_t tiles = (col_vectors + tile - 1) / tile;
       auto kernel = reduce_channels_last<Src, VEC>;
-      parts = int(std::max<int64_t>(1, std::min<int64_t>({sh.rows / (int64_t(rows_step) * Src::kBatch),
+      parts = int(std::max<int64_t>(1, std::min<int64_t>({sh.rows / (int64_t(rows_step) * Src::kRowBatch),
                                                           one_wave(ctx, ctx.blocks_per_sm(kernel, kThreads, 0), tiles),
                                                           65535})));
       status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
@@ -1227,12 +1269,14 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
   if (status != XVK_SUCCESS) return status;
   auto apply = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
-    if (VEC > 1 && p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
-      const RowsGrid g = rows_grid(ctx, forward_apply_rows<T, VEC>, p.sh, VEC);
-      forward_apply_rows<T, VEC><<<g.grid, kThreads, 0, ctx.stream>>>(
-          p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y), a.mask, coef, a.relu,
-          g.tile);
-      return check_launch("batch_norm forward (rows)");
+    if constexpr (VEC > 1) {
+      if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
+        auto kernel = vectors_in_one_channel(p, VEC) ? forward_apply_rows<T, VEC, true> : forward_apply_rows<T, VEC, false>;
+        const RowsGrid g = rows_grid(ctx, kernel, p.sh, VEC);
+        kernel<<<g.grid, kThreads, 0, ctx.stream>>>(p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z),
+                                                    static_cast<T *>(a.y), a.mask, coef, a.relu, g.tile);
+        return check_launch("batch_norm forward (rows)");
+      }
     }
     auto kernel = vectors_in_one_channel(p, VEC) ? forward_apply<T, VEC, true> : forward_apply<T, VEC, false>;
     kernel<<<apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC), kThreads, 0, ctx.stream>>>(
@@ -1268,12 +1312,16 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
   if (status != XVK_SUCCESS) return status;
   auto apply = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
-    if (VEC > 1 && p.sh.row_len % VEC == 0) {
-      const RowsGrid g = rows_grid(ctx, backward_apply_rows<T, VEC>, p.sh, VEC);
-      backward_apply_rows<T, VEC><<<g.grid, kThreads, 0, ctx.stream>>>(
-          p.sh, static_cast<const T *>(a.dy), static_cast<const T *>(a.x), static_cast<const T *>(a.y), a.mask,
-          static_cast<T *>(a.dx), static_cast<T *>(a.dz), coef, a.relu, g.tile);
-      return check_launch("batch_norm backward (rows)");
+    if constexpr (VEC > 1) {
+      if (p.sh.row_len % VEC == 0) {
+        auto kernel =
+            vectors_in_one_channel(p, VEC) ? backward_apply_rows<T, VEC, true> : backward_apply_rows<T, VEC, false>;
+        const RowsGrid g = rows_grid(ctx, kernel, p.sh, VEC);
+        kernel<<<g.grid, kThreads, 0, ctx.stream>>>(p.sh, static_cast<const T *>(a.dy), static_cast<const T *>(a.x),
+                                                    static_cast<const T *>(a.y), a.mask, static_cast<T *>(a.dx),
+                                                    static_cast<T *>(a.dz), coef, a.relu, g.tile);
+        return check_launch("batch_norm backward (rows)");
+      }
     }
     auto kernel = vectors_in_one_channel(p, VEC) ? backward_apply<T, VEC, true> : backward_apply<T, VEC, false>;
     kernel<<<apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC), kThreads, 0, ctx.stream>>>(

@@ -221,6 +221,22 @@ __device__ __forceinline__ float to_float(half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ half from_float<half>(float v) { return __float2half_rn(v); }
 
+// The half in the low (high = false) or high 16 bits of a 32-bit word as a
+// float, read from the word's register (NVIDIA: one HADD2.F32 with a half
+// selector), so a loaded vector stays in its 32-bit registers.
+__device__ __forceinline__ float half_in_word_to_float(uint32_t word, bool high) {
+#if XVK_GPU_CUDA
+  __half2 pair;
+  __builtin_memcpy(&pair, &word, sizeof word);
+  return high ? __high2float(pair) : __low2float(pair);
+#else
+  const uint16_t bits = uint16_t(high ? word >> 16 : word);
+  half h;
+  __builtin_memcpy(&h, &bits, sizeof h);
+  return __half2float(h);
+#endif
+}
+
 // Two floats rounded to nearest into the 32-bit word of two 16-bit values, lo
 // in the low half (element 2i of a pack is the low half of word i). One
 // instruction per pair on NVIDIA (cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32)
