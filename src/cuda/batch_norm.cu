@@ -1261,8 +1261,16 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
                               double(a.n) * double(a.s),  a.gamma,      a.beta,        a.running_mean,
                               a.running_var,              a.saved_mean, a.saved_rstd,  nullptr};
     if (single_pass<T>(ctx, a, p, base, status)) return status;
+    // Channels-first statistics over planes that are not whole vectors but
+    // whole half vectors (14 x 14 in 16-bit) read half vectors: the ragged
+    // kernel's per-element selects cost more than the narrower loads (H200,
+    // 256x1024x14x14 fp16 bn+relu forward 157 -> 117 us). The gradient sums
+    // are not changed: 184 -> 192 us that way.
+    Plan stats_plan = p;
+    constexpr int vec = kMaxVec<T>;
+    if (!p.channels_last && p.reduce_vec == vec && a.s % vec != 0 && a.s % (vec / 2) == 0) stats_plan.reduce_vec = vec / 2;
     status = reduce<T, StatsSource>(
-        ctx, p,
+        ctx, stats_plan,
         [&](auto &src) {
           src.x = static_cast<const T *>(a.x);
           src.shift_stride = shift_stride;
