@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 // keeps its VEC elements' coefficients in registers and walks down the rows,
 // instead of finding and loading a coefficient per element. UNIFORM: the
 // vector lies in one channel (channels-first, s % VEC == 0), so one set of
-// coefficients, not VEC (40 registers instead of 63 for 16-bit: more
+// coefficients, not VEC (16-bit forward: 40 registers against 56, more
 // resident warps, more loads in flight). (Loading 2 or 4 rows ahead per
 // thread was slower on the H200: the registers cost more warps than the
 // loads gained.) tx lanes across column vectors, ty down rows; grid (column
@@ -369,9 +369,9 @@ template <bool UNIFORM>
 inline constexpr int kBackwardRowsMinBlocks = UNIFORM ? kApplyMinBlocks : 4;
 
 template <class T, int VEC, bool UNIFORM>
-__global__ void __launch_bounds__(kThreads, kBackwardRowsMinBlocks<UNIFORM>) backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y,
-                                                                const uint32_t *mask, T *dx, T *dz,
-                                                                const Coef *coef, int do_relu, int tile) {
+__global__ void __launch_bounds__(kThreads, kBackwardRowsMinBlocks<UNIFORM>)
+    backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y, const uint32_t *mask, T *dx, T *dz,
+                        const Coef *coef, int do_relu, int tile) {
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   if (col0 >= sh.row_len) return;
@@ -1281,7 +1281,8 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     // are not changed: 184 -> 192 us that way.
     Plan stats_plan = p;
     constexpr int vec = kMaxVec<T>;
-    if (!p.channels_last && p.reduce_vec == vec && a.s % vec != 0 && a.s % (vec / 2) == 0) stats_plan.reduce_vec = vec / 2;
+    if (!p.channels_last && p.reduce_vec == vec && a.s % vec != 0 && a.s % (vec / 2) == 0)
+      stats_plan.reduce_vec = vec / 2;
     status = reduce<T, StatsSource>(
         ctx, stats_plan,
         [&](auto &src) {
@@ -1308,7 +1309,8 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     constexpr int VEC = decltype(vec_tag)::value;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
-        auto kernel = vectors_in_one_channel(p, VEC) ? forward_apply_rows<T, VEC, true> : forward_apply_rows<T, VEC, false>;
+        auto kernel =
+            vectors_in_one_channel(p, VEC) ? forward_apply_rows<T, VEC, true> : forward_apply_rows<T, VEC, false>;
         const RowsGrid g = rows_grid(ctx, kernel, p.sh, VEC);
         kernel<<<g.grid, kThreads, 0, ctx.stream>>>(p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z),
                                                     static_cast<T *>(a.y), a.mask, coef, a.relu, g.tile);
