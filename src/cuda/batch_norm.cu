@@ -180,6 +180,55 @@ __device__ __forceinline__ float largest_rounding_to_zero() {
   else return 0x1p-134f;                                         // half bfloat16's least subnormal 2^-133
 }
 
+// The coefficients of a pass-2 rows thread's column vector (the rows
+// kernels below): SETS = 1 when the vector lies in one channel, 2 when it may
+// straddle two (channels-first with VEC < s), VEC otherwise.
+template <int VEC, int SETS>
+struct ColumnCoefs {
+  Coef k[SETS];
+  int split = VEC;  // SETS == 2: elements j < split use k[0], the rest k[1]
+  __device__ ColumnCoefs(const Shape &sh, const Coef *coef, int64_t col0, bool active) {
+    if constexpr (SETS == 2) {
+      const int ch = active ? column_channel(sh, col0) : 0;
+      const int64_t room = (ch + 1) * sh.inner - col0;  // elements left in channel ch
+      split = room < VEC ? int(room) : VEC;
+      k[0] = active ? coef[ch] : Coef{};
+      k[1] = active && split < VEC ? coef[ch + 1] : k[0];
+    } else {
+#pragma unroll
+      for (int j = 0; j < SETS; ++j) k[j] = active ? coef[column_channel(sh, col0 + j)] : Coef{};
+    }
+  }
+  __device__ __forceinline__ Coef operator()(int j) const { return k[SETS == 1 ? 0 : j]; }  // SETS != 2
+};
+
+// Element j's affine part, forward (x - center) * a + b and backward
+// a * g + b * (x - center) + c, with the coefficients coef_of(j). With two
+// sets, both results and a select: a select of the coefficients would be
+// loop-invariant, and nvcc hoists it into VEC sets of registers (16-bit
+// forward: 62 registers that way, 48 this way, 64 with VEC sets).
+template <class CoefOf>
+__device__ __forceinline__ float forward_affine(const CoefOf &coef_of, int j, float x) {
+  const Coef k = coef_of(j);
+  return (x - k.center) * k.a + k.b;
+}
+template <int VEC>
+__device__ __forceinline__ float forward_affine(const ColumnCoefs<VEC, 2> &c, int j, float x) {
+  const float v0 = (x - c.k[0].center) * c.k[0].a + c.k[0].b, v1 = (x - c.k[1].center) * c.k[1].a + c.k[1].b;
+  return j < c.split ? v0 : v1;
+}
+template <class CoefOf>
+__device__ __forceinline__ float backward_affine(const CoefOf &coef_of, int j, float g, float x) {
+  const Coef k = coef_of(j);
+  return k.a * g + k.b * (x - k.center) + k.c;
+}
+template <int VEC>
+__device__ __forceinline__ float backward_affine(const ColumnCoefs<VEC, 2> &c, int j, float g, float x) {
+  const Coef &k0 = c.k[0], &k1 = c.k[1];
+  const float v0 = k0.a * g + k0.b * (x - k0.center) + k0.c, v1 = k1.a * g + k1.b * (x - k1.center) + k1.c;
+  return j < c.split ? v0 : v1;
+}
+
 // One vector of the forward: y = relu?((x - center) * a + b (+ z)) in float
 // (the store rounds it to T), and its mask bits (bit j: stored y[j] > 0, for
 // j < valid). coef_of(j) gives element j's coefficients and is called for
@@ -190,8 +239,7 @@ __device__ __forceinline__ uint32_t forward_vector(const float (&xf)[VEC], const
   uint32_t bits = 0;
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
-    const Coef k = coef_of(j);
-    float val = (xf[j] - k.center) * k.a + k.b;
+    float val = forward_affine(coef_of, j, xf[j]);
     if (has_z) val += zf[j];
     if (do_relu) val = relu(val);
     out[j] = val;
@@ -275,9 +323,8 @@ __device__ __forceinline__ void backward_vector(float (&g)[VEC], const float (&x
                                                 float (&out)[VEC]) {
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
-    const Coef k = coef_of(j);
     g[j] = (gate >> j) & 1u ? g[j] : 0.0f;
-    out[j] = k.a * g[j] + k.b * (xf[j] - k.center) + k.c;
+    out[j] = backward_affine(coef_of, j, g[j], xf[j]);
   }
 }
 
@@ -312,31 +359,24 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 // Pass 2 over the tensor as rows (Shape), when row_len is a multiple of the
 // vector (and of 32 when a mask is written): a thread owns one column vector,
 // keeps its VEC elements' coefficients in registers and walks down the rows,
-// instead of finding and loading a coefficient per element. UNIFORM: the
-// vector lies in one channel (channels-first, s % VEC == 0), so one set of
-// coefficients, not VEC (16-bit forward: 40 registers against 56, more
-// resident warps, more loads in flight). (Loading 2 or 4 rows ahead per
-// thread was slower on the H200: the registers cost more warps than the
-// loads gained.) tx lanes across column vectors, ty down rows; grid (column
-// tiles, row blocks). The lanes of one mask word (32 columns of a row) are
-// consecutive tx of one ty, and every lane runs the same row loop, so all
-// reach store_mask_word.
-template <int VEC, bool UNIFORM>
-__device__ __forceinline__ void column_coefficients(const Shape &sh, const Coef *coef, int64_t col0, bool active,
-                                                    Coef (&k)[UNIFORM ? 1 : VEC]) {
-#pragma unroll
-  for (int j = 0; j < (UNIFORM ? 1 : VEC); ++j) k[j] = active ? coef[column_channel(sh, col0 + j)] : Coef{};
-}
-
-template <class T, int VEC, bool UNIFORM>
+// instead of finding and loading a coefficient per element. SETS: how many
+// coefficient sets that takes (ColumnCoefs): 1 when the vector lies in one
+// channel (channels-first, s % VEC == 0; 16-bit forward: 40 registers
+// against 56 with VEC sets, more resident warps, more loads in flight), 2
+// when it may straddle two (channels-first, VEC < s: 7 x 7, 14 x 14 planes),
+// VEC for channels-last. (Loading 2 or 4 rows ahead per thread was slower on
+// the H200: the registers cost more warps than the loads gained.) tx lanes
+// across column vectors, ty down rows; grid (column tiles, row blocks). The
+// lanes of one mask word (32 columns of a row) are consecutive tx of one ty,
+// and every lane runs the same row loop, so all reach store_mask_word.
+template <class T, int VEC, int SETS>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const Coef *coef, int do_relu,
                                                                int tile) {
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   const bool active = col0 < sh.row_len;
-  Coef k[UNIFORM ? 1 : VEC];
-  column_coefficients<VEC, UNIFORM>(sh, coef, col0, active, k);
+  const ColumnCoefs<VEC, SETS> k(sh, coef, col0, active);
   const int64_t rows = sh.rows, step = int64_t(gridDim.y) * rows_step;
   for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += step) {
     const int64_t e = r * sh.row_len + col0;
@@ -353,30 +393,29 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
       float xf[VEC], zf[VEC], out[VEC];
       unpack(xs, xf);
       if (z) unpack(zs, zf);
-      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int j) { return k[UNIFORM ? 0 : j]; }, out);
+      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, k, out);
       store_vec<T, VEC>(y + e, out);
     }
     if (mask) store_mask_word<VEC>(mask, e, bits, tx % (kWordBits / VEC), active);
   }
 }
 
-// The backward with VEC sets of coefficients (not UNIFORM: channels-last)
-// is compiled for 4 resident blocks: 64 registers and a 4-byte spill in
-// 16-bit, against 71 registers and 3 blocks with kApplyMinBlocks; the NHWC
-// 16-bit bn+relu backward ran 2.4% faster on the H200. (The forward at 5
-// blocks: Add+ReLU 3-6% slower.)
-template <bool UNIFORM>
-inline constexpr int kBackwardRowsMinBlocks = UNIFORM ? kApplyMinBlocks : 4;
+// The backward with VEC sets of coefficients (channels-last) is compiled for
+// 4 resident blocks: 64 registers and a 4-byte spill in 16-bit, against 71
+// registers and 3 blocks with kApplyMinBlocks; the NHWC 16-bit bn+relu
+// backward ran 2.4% faster on the H200. (The forward at 5 blocks: Add+ReLU
+// 3-6% slower.)
+template <int VEC, int SETS>
+inline constexpr int kBackwardRowsMinBlocks = SETS == VEC ? 4 : kApplyMinBlocks;
 
-template <class T, int VEC, bool UNIFORM>
-__global__ void __launch_bounds__(kThreads, kBackwardRowsMinBlocks<UNIFORM>)
+template <class T, int VEC, int SETS>
+__global__ void __launch_bounds__(kThreads, (kBackwardRowsMinBlocks<VEC, SETS>))
     backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y, const uint32_t *mask, T *dx, T *dz,
                         const Coef *coef, int do_relu, int tile) {
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   if (col0 >= sh.row_len) return;
-  Coef k[UNIFORM ? 1 : VEC];
-  column_coefficients<VEC, UNIFORM>(sh, coef, col0, true, k);
+  const ColumnCoefs<VEC, SETS> k(sh, coef, col0, true);
   const int64_t rows = sh.rows;
   for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
     const int64_t e = r * sh.row_len + col0;
@@ -385,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardRowsMinBlocks<UNIFORM>)
     float g[VEC], xf[VEC], out[VEC];
     unpack(dys, g);
     unpack(xs, xf);
-    backward_vector(g, xf, bits, [&](int j) { return k[UNIFORM ? 0 : j]; }, out);
+    backward_vector(g, xf, bits, k, out);
     if (dz) store_vec<T, VEC>(dz + e, g);
     store_vec<T, VEC>(dx + e, out);
   }
@@ -456,9 +495,12 @@ struct StatsSource : Welford {
   int64_t shift_stride;  // the channel's first element is x[ch * shift_stride]
   static constexpr int kBatch = VEC == 1 ? 8 : 4;  // items per batch: 4 x 16 bytes in flight per thread
   static constexpr int kRowBatch = kBatch;          // the same for channels-last rows
-  // Blocks per SM of the reductions: 16-bit batches, unpacked for the two
-  // passes over them, spilled under 64 registers.
-  static constexpr int kFirstMinBlocks = sizeof(T) == 2 ? 3 : 4, kLastMinBlocks = 3;
+  // Blocks per SM of the reductions. Channels-first 16-bit batches reread
+  // x - shift from the packed items in the second pass instead of keeping
+  // it (VEC more registers per item): 64 registers and 4 blocks, not 72 and
+  // 3, so c = 512 blocks run in one wave of 528 slots on an H200, not 1.3
+  // (256x512x28x28 fp16 statistics 72 -> 55 us).
+  static constexpr int kFirstMinBlocks = 4, kLastMinBlocks = 3;
   struct Item {
     Pack<T, VEC> v;
   };
@@ -469,9 +511,9 @@ struct StatsSource : Welford {
   // mean, then the squares of the deviations from it; DESIGN.md rules out
   // sum of squares minus square of sum, which a channel whose first element
   // is an outlier turns into noise), then one merge: one division per batch.
-  // d = x - shift is exact for data near the shift and is kept from the
-  // first pass for the second (recomputed when kPartialItems). Which
-  // elements count: see kPartialItems.
+  // d = x - shift is exact for data near the shift; fp32 keeps it from the
+  // first pass for the second, 16-bit and ragged batches recompute it (see
+  // kFirstMinBlocks). Which elements count: see kPartialItems.
   // Unused ones may never have been loaded and are selected away (garbage *
   // 0 may be NaN). One partial sum per item, added pairwise: short chains.
   template <bool kPartialItems, int U>
@@ -497,8 +539,8 @@ struct StatsSource : Welford {
       part[u] = 0.0f;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        // Ragged batches recompute d: keeping it spilled (fp16, 80 registers).
-        const float e = (kPartialItems ? element(it[u].v, j) - shift : d[u][j]) - mean;
+        // Kept, ragged fp16 batches spilled (80 registers).
+        const float e = (kPartialItems || sizeof(T) == 2 ? element(it[u].v, j) - shift : d[u][j]) - mean;
         if (kPartialItems)
           part[u] += (use[u] >> j) & 1u ? e * e : 0.0f;
         else
@@ -746,9 +788,10 @@ inline constexpr int kReduceFirstMinBlocks = RAGGED ? 3 : Src::kFirstMinBlocks;
 // not leave a whole block a few loads each) with its part of the channel
 // walks its share of the channel's n * slots vectors flat, kBatch at a time. Partial results go to
 // partials[part][channel][K]. A plane (n, channel) is `slots` vectors: s / VEC
-// when s is a multiple of VEC; otherwise (RAGGED: 7 x 7 planes, say) the
-// aligned vectors that overlap the plane, their other elements unused, so the
-// loads stay 16 bytes wide (the sectors they touch are the plane's anyway).
+// when s is a multiple of VEC; otherwise (RAGGED: large planes, or small ones
+// with few samples; see make_plan) the aligned vectors that overlap the
+// plane, their other elements unused, so the loads stay 16 bytes wide (the
+// sectors they touch are the plane's anyway).
 template <class Src, int VEC, bool RAGGED>
 __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>))  // () for macro forms
     reduce_channels_first(Shape sh, Src src, int parts, FastDivider div_parts, int slots, FastDivider div_slots,
@@ -811,28 +854,34 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
     for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.c + ch) * Op::K + k] = a[k];
 }
 
-// Channels-last reduction: the tensor is rows (n, s) x c columns. Block
+// Column reduction: the tensor as rows (Shape), a state per column. Block
 // (column tile, part): tx lanes across VEC-wide column vectors, ty down the
-// part's rows, kRowBatch rows at a time; states merged over ty in shared memory.
+// part's rows, kRowBatch rows at a time; states merged over ty in shared
+// memory, one per column to partials[part][column][K]. Channels-last, a
+// column is a channel. Channels-first (rows of c * s), a column is one place
+// of a channel's planes, and finalize merges the channel's s columns: for
+// planes that are not whole vectors (7 x 7), where the channels-first kernel
+// reads overlapping vectors and selects elements; every load is a whole
+// vector of the row here, the copy kernel's access pattern.
 template <class Src, int VEC>
 __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
-    reduce_channels_last(Shape sh, Src src, int tile, FastDivider div_parts, float *partials) {
+    reduce_columns(Shape sh, Src src, int tile, FastDivider div_parts, float *partials) {
   using Op = Src;
   constexpr int U = Src::kRowBatch;
   __shared__ float tree[VEC][Op::K][kThreads];  // thread innermost: no bank conflicts
   const int part = int(blockIdx.y);
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
-  const int64_t rows = sh.n * sh.s;
+  const int64_t rows = sh.rows;
   const int64_t r_begin = int64_t(div_parts.div(uint64_t(rows * part), false));
   const int64_t r_end = int64_t(div_parts.div(uint64_t(rows * (part + 1)), false));
   float a[VEC][Op::K];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) Op::identity(a[j]);
-  if (col0 < sh.c) {
+  if (col0 < sh.row_len) {
     float context[VEC];
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) context[j] = src.context(col0 + j);  // c % VEC == 0 when VEC > 1
+    for (int j = 0; j < VEC; ++j) context[j] = src.context(column_channel(sh, col0 + j));  // row_len % VEC == 0
     int batches = 0;
     for (int64_t r0 = r_begin + ty; r0 < r_end; r0 += int64_t(U) * rows_step) {
       if (++batches % kSettleBatches == 0)
@@ -844,7 +893,7 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
       for (int u = 0; u < U; ++u) {
         const int64_t r = r0 + int64_t(u) * rows_step;
         if (r < r_end) {
-          it[u] = src.load(r * sh.c + col0);
+          it[u] = src.load(r * sh.row_len + col0);
           valid = u + 1;
         }
       }
@@ -872,28 +921,32 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
       }
     __syncthreads();
   }
-  if (ty == 0 && col0 < sh.c)
+  if (ty == 0 && col0 < sh.row_len)
 #pragma unroll
     for (int j = 0; j < VEC; ++j)
 #pragma unroll
-      for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.c + col0 + j) * Op::K + k] = a[j][k];
+      for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.row_len + col0 + j) * Op::K + k] = a[j][k];
 }
 
 // Merges each channel's partials in a fixed order (deterministic, no float
-// atomics): `tpc` lanes per channel (a power of two <= 32, inside one warp)
-// take every tpc-th part, then a butterfly over those lanes; lane 0 finishes.
+// atomics): channel ch has `per` states in each part p, partials[((p * c +
+// ch) * per + i) * K] (per = s for the column reduction of channels-first
+// rows, else 1). `tpc` lanes per channel (a power of two <= 32, inside one
+// warp) take every tpc-th of its parts * per states, then a butterfly over
+// those lanes; lane 0 finishes.
 template <class Op, class Finish>
 __global__ void __launch_bounds__(kThreads)
-    finalize(int64_t c, int parts, int tpc, const float *partials, Finish finish) {
+    finalize(int64_t c, int parts, int per, int tpc, const float *partials, Finish finish) {
   const int sub = int(threadIdx.x) % tpc;
   const int64_t ch = int64_t(blockIdx.x) * (blockDim.x / tpc) + threadIdx.x / tpc;
   float a[Op::K];
   Op::identity(a);
   if (ch < c)
-    for (int part = sub; part < parts; part += tpc) {
+    for (int q = sub; q < parts * per; q += tpc) {
+      const int part = q / per, i = q - part * per;
       float b[Op::K];
 #pragma unroll
-      for (int k = 0; k < Op::K; ++k) b[k] = partials[(int64_t(part) * c + ch) * Op::K + k];
+      for (int k = 0; k < Op::K; ++k) b[k] = partials[((int64_t(part) * c + ch) * per + i) * Op::K + k];
       Op::merge(a, b);
     }
   warp_merge<Op>(a, tpc);
@@ -1053,9 +1106,21 @@ int next_pow2(int64_t v) {
 struct Plan {
   Shape sh;
   bool channels_last;
-  int reduce_vec;  // elements per access in the reduction: 16 or 8 bytes' worth, or 1
-  int apply_vec;   // > 1: the widest vector in the elementwise pass
+  bool reduce_columns;  // pass 1 by columns of the rows (reduce_columns), else reduce_channels_first
+  int reduce_vec;       // elements per access in the reduction: 16 or 8 bytes' worth, or 1
+  int apply_vec;        // > 1: the widest vector in the elementwise pass
 };
+
+// Channels-first planes that are not whole vectors (7 x 7) are reduced by
+// columns when they are small (on large planes the overlapping vectors of
+// reduce_channels_first cost little) and there are enough rows (samples):
+// the per-column partials, 12 or 16 bytes per column and part, are then
+// under a tenth of a column's data (n * sizeof(T) bytes of x, and as much of
+// dy). The plane limit also keeps finalize's parts * s states in an int.
+constexpr int64_t kColumnReduceMinBytes = 128, kColumnReduceMaxPlane = 4096;
+
+// The widest of vec, vec / 2 and 1 that divides `len`.
+int widest_dividing(int64_t len, int vec) { return len % vec == 0 ? vec : len % (vec / 2) == 0 ? vec / 2 : 1; }
 
 template <class T>
 Plan make_plan(int64_t n, int64_t c, int64_t s, bool channels_last, std::initializer_list<const void *> ptrs) {
@@ -1067,17 +1132,28 @@ Plan make_plan(int64_t n, int64_t c, int64_t s, bool channels_last, std::initial
   for (const void *q : ptrs) aligned = aligned && (!q || aligned_to(q, kVectorBytes));
   // Pass 2's vector width depends on the pointers alone; its rows kernels
   // also need rows of whole vectors, which forward_typed and backward_typed
-  // check where they choose them. Pass 1 channels-first reads planes that are
-  // not whole vectors (7 x 7, 14 x 14 in fp16) as the aligned vectors that
-  // overlap them; channels-last needs rows of whole vectors.
+  // check where they choose them. Pass 1 by columns needs rows of whole
+  // vectors; channels-first reads planes that are not whole vectors as the
+  // aligned vectors that overlap them.
   p.apply_vec = aligned ? vec : 1;
-  p.reduce_vec = !aligned ? 1 : !channels_last || c % vec == 0 ? vec : c % (vec / 2) == 0 ? vec / 2 : 1;
+  p.reduce_columns = channels_last || (aligned && s % vec != 0 && s <= kColumnReduceMaxPlane &&
+                                        n * int64_t(sizeof(T)) >= kColumnReduceMinBytes);
+  p.reduce_vec = !aligned ? 1 : !p.reduce_columns ? vec : widest_dividing(p.sh.row_len, vec);
   return p;
 }
 
 // Whether every vec-wide vector of the flat walk lies in one channel: the
 // flat kernels' UNIFORM.
 bool vectors_in_one_channel(const Plan &p, int vec) { return p.channels_last ? vec == 1 : p.sh.s % vec == 0; }
+
+// pick(IntConst<SETS>{}) with the rows kernels' SETS (ColumnCoefs) for
+// VEC-wide column vectors: the kernel instance for them.
+template <int VEC, class Pick>
+auto rows_kernel_for(const Plan &p, Pick pick) {
+  if (vectors_in_one_channel(p, VEC)) return pick(IntConst<1>{});
+  if (!p.channels_last && p.sh.s >= VEC) return pick(IntConst<2>{});
+  return pick(IntConst<VEC>{});
+}
 
 // Blocks per grid row so that `rows_of_blocks` such rows are at most one
 // resident wave: a second, partial wave would leave most SMs idle while it
@@ -1108,14 +1184,14 @@ template <class T, template <class, int> class Source, class SourceInit, class M
 xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish make_finish, Coef **coef_out) {
   const Shape &sh = p.sh;
   xvk_status_t status = XVK_ERROR_INTERNAL;
-  int parts = 1;
+  int parts = 1, per = 1;  // partial states: parts x per per channel (finalize)
   Workspace w{};
   auto run = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
     using Src = Source<T, VEC>;
     Src src{};
     init(src);
-    if (!p.channels_last) {
+    if (!p.reduce_columns) {
       const bool ragged = sh.s % VEC != 0;
       auto kernel = ragged ? reduce_channels_first<Src, VEC, true> : reduce_channels_first<Src, VEC, false>;
       // Vectors per plane: ragged planes overlap at most ceil((s + VEC - 1) / VEC) aligned vectors.
@@ -1136,25 +1212,26 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
                                                                     int(slots), div_slots, group, w.partials);
       status = check_launch("batch_norm reduce (channels-first)");
     } else {
-      const int64_t col_vectors = (sh.c + VEC - 1) / VEC;
+      const int64_t col_vectors = (sh.row_len + VEC - 1) / VEC;
       const int tile = std::min(32, next_pow2(col_vectors));
       const int rows_step = kThreads / tile;
       const int64_t tiles = (col_vectors + tile - 1) / tile;
-      auto kernel = reduce_channels_last<Src, VEC>;
+      auto kernel = reduce_columns<Src, VEC>;
       parts = int(std::max<int64_t>(1, std::min<int64_t>({sh.rows / (int64_t(rows_step) * Src::kRowBatch),
                                                           one_wave(ctx, ctx.blocks_per_sm(kernel, kThreads, 0), tiles),
                                                           65535})));
-      status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
+      status = workspace_for(ctx, sh.c, int64_t(parts) * sh.row_len * Src::K, w);
       if (status != XVK_SUCCESS) return;
       kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile,
                                                                                   FastDivider(uint64_t(parts)), w.partials);
-      status = check_launch("batch_norm reduce (channels-last)");
+      status = check_launch("batch_norm reduce (columns)");
+      per = int(sh.inner);
     }
     if (status != XVK_SUCCESS) return;
-    const int tpc = std::min(32, next_pow2(parts));
+    const int tpc = std::min<int64_t>(32, next_pow2(int64_t(parts) * per));
     const int per_block = kThreads / tpc;
     auto fin = finalize<Src, decltype(make_finish(w.coef))>;
-    fin<<<unsigned((sh.c + per_block - 1) / per_block), kThreads, 0, ctx.stream>>>(sh.c, parts, tpc, w.partials,
+    fin<<<unsigned((sh.c + per_block - 1) / per_block), kThreads, 0, ctx.stream>>>(sh.c, parts, per, tpc, w.partials,
                                                                                     make_finish(w.coef));
     status = check_launch("batch_norm finalize");
     *coef_out = w.coef;
@@ -1281,7 +1358,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     // are not changed: 184 -> 192 us that way.
     Plan stats_plan = p;
     constexpr int vec = kMaxVec<T>;
-    if (!p.channels_last && p.reduce_vec == vec && a.s % vec != 0 && a.s % (vec / 2) == 0)
+    if (!p.reduce_columns && p.reduce_vec == vec && a.s % vec != 0 && a.s % (vec / 2) == 0)
       stats_plan.reduce_vec = vec / 2;
     status = reduce<T, StatsSource>(
         ctx, stats_plan,
@@ -1309,8 +1386,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     constexpr int VEC = decltype(vec_tag)::value;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
-        auto kernel =
-            vectors_in_one_channel(p, VEC) ? forward_apply_rows<T, VEC, true> : forward_apply_rows<T, VEC, false>;
+        auto kernel = rows_kernel_for<VEC>(p, [](auto sets) { return forward_apply_rows<T, VEC, decltype(sets)::value>; });
         const RowsGrid g = rows_grid(ctx, kernel, p.sh, VEC);
         kernel<<<g.grid, kThreads, 0, ctx.stream>>>(p.sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z),
                                                     static_cast<T *>(a.y), a.mask, coef, a.relu, g.tile);
@@ -1354,7 +1430,7 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0) {
         auto kernel =
-            vectors_in_one_channel(p, VEC) ? backward_apply_rows<T, VEC, true> : backward_apply_rows<T, VEC, false>;
+            rows_kernel_for<VEC>(p, [](auto sets) { return backward_apply_rows<T, VEC, decltype(sets)::value>; });
         const RowsGrid g = rows_grid(ctx, kernel, p.sh, VEC);
         kernel<<<g.grid, kThreads, 0, ctx.stream>>>(p.sh, static_cast<const T *>(a.dy), static_cast<const T *>(a.x),
                                                     static_cast<const T *>(a.y), a.mask, static_cast<T *>(a.dx),
