@@ -930,8 +930,9 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
 // How norm_backward_finalize splits the parts: enough blocks to fill the
 // device, each lane of a block taking at least 4 parts.
 struct FinalizeGrid {
-  int vec;
-  int64_t tiles, slices;
+  int vec = 1;
+  int64_t tiles = 0, slices = 0;
+  FinalizeGrid() = default;
   FinalizeGrid(const Context &ctx, int64_t parts, int64_t cols) {
     vec = cols % 4 == 0 ? 4 : 1;
     tiles = ceil_div(cols, 32 * vec);
@@ -940,51 +941,50 @@ struct FinalizeGrid {
   }
 };
 
-// Workspace floats for the parameter-gradient sums of `parts` parts: the
-// parts, then room for the finalize's slice sums or for the last block's
-// lane sums (lanes * cols <= threads <= 1024).
-int64_t param_grad_workspace_floats(const Context &ctx, int64_t parts, int64_t cols) {
-  const FinalizeGrid grid(ctx, parts, cols);
-  return parts * 2 * cols + std::max<int64_t>(grid.slices * 2 * cols, 2 * 1024);
-}
+// Everything one call's dgamma/dbeta sums use, obtained by param_grad_scratch
+// before any kernel of the call runs, so that a failure leaves every output
+// unwritten.
+struct ParamGradScratch {
+  ParamGradSums sums;                     // what the backward kernel writes (and adds up, in_kernel)
+  int64_t parts = 0;
+  FinalizeGrid grid;                      // norm_backward_finalize's split of the parts (not in_kernel)
+  unsigned *finalize_counters = nullptr;  // its slices' completion counters (grid.slices > 1)
+};
 
-// The finalize kernel over `parts` parts at `partial` (the workspace; its
-// counters were reserved by param_grad_scratch, so none is allocated here).
-xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, float *partial, int64_t parts) {
-  const FinalizeGrid grid(ctx, parts, a.cols);
-  unsigned *counters = nullptr;
-  if (grid.slices > 1) {
-    const error_t e = ctx.completion_counters(int(grid.tiles), &counters);
-    if (e != kSuccess) return device_error("allocating completion counters", e);
-  }
-  float *slice_sums = partial + parts * 2 * a.cols;
-  const dim3 blocks(unsigned(grid.tiles), unsigned(grid.slices)), block(32, kFinalizeLanes);
-  if (grid.vec == 4)
-    norm_backward_finalize<4><<<blocks, block, 0, ctx.stream>>>(a, partial, parts, slice_sums, counters);
-  else
-    norm_backward_finalize<1><<<blocks, block, 0, ctx.stream>>>(a, partial, parts, slice_sums, counters);
-  return check_launch("norm_backward_finalize");
-}
-
-// The scratch for `parts` parts of dgamma/dbeta sums: the workspace and the
-// completion counters that adding them up will use (in the kernel's last
-// block when in_kernel, else in norm_backward_finalize), obtained before any
-// kernel of the call runs, so that a failure leaves every output unwritten.
-xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool in_kernel, ParamGradSums *out) {
+// The scratch for `parts` parts of sums: the workspace holds the parts, then
+// room for the finalize's slice sums or for the last block's lane sums (lanes
+// * cols <= threads <= 1024). The completion counters serve the kernel's last
+// block when in_kernel, else norm_backward_finalize.
+xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool in_kernel, ParamGradScratch *out) {
+  out->parts = parts;
+  out->grid = FinalizeGrid(ctx, parts, cols);
+  const int64_t floats = parts * 2 * cols + std::max<int64_t>(out->grid.slices * 2 * cols, 2 * 1024);
   void *p = nullptr;
-  if (ctx.workspace(size_t(param_grad_workspace_floats(ctx, parts, cols)) * sizeof(float), &p) != kSuccess)
-    return XVK_ERROR_OUT_OF_MEMORY;
-  out->partial = static_cast<float *>(p);
-  const FinalizeGrid grid(ctx, parts, cols);
-  const int counters = in_kernel ? 1 : grid.slices > 1 ? int(grid.tiles) : 0;
-  if (in_kernel) out->lane_sums = out->partial + parts * 2 * cols;
+  if (ctx.workspace(size_t(floats) * sizeof(float), &p) != kSuccess) return XVK_ERROR_OUT_OF_MEMORY;
+  out->sums.partial = static_cast<float *>(p);
+  if (in_kernel) out->sums.lane_sums = out->sums.partial + parts * 2 * cols;
+  const int counters = in_kernel ? 1 : out->grid.slices > 1 ? int(out->grid.tiles) : 0;
   if (counters > 0) {
     unsigned *c = nullptr;
     const error_t e = ctx.completion_counters(counters, &c);
     if (e != kSuccess) return device_error("allocating completion counters", e);
-    if (in_kernel) out->counter = c;
+    (in_kernel ? out->sums.counter : out->finalize_counters) = c;
   }
   return XVK_SUCCESS;
+}
+
+// The finalize kernel over the scratch's parts (param_grad_scratch with
+// in_kernel false).
+xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const ParamGradScratch &s) {
+  float *slice_sums = s.sums.partial + s.parts * 2 * a.cols;
+  const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(32, kFinalizeLanes);
+  if (s.grid.vec == 4)
+    norm_backward_finalize<4><<<blocks, block, 0, ctx.stream>>>(a, s.sums.partial, s.parts, slice_sums,
+                                                                s.finalize_counters);
+  else
+    norm_backward_finalize<1><<<blocks, block, 0, ctx.stream>>>(a, s.sums.partial, s.parts, slice_sums,
+                                                                s.finalize_counters);
+  return check_launch("norm_backward_finalize");
 }
 
 template <class T, int VEC>
@@ -998,29 +998,30 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     const int64_t chunks = a.rows == 0 ? 1 : std::min<int64_t>(a.rows, std::max<int64_t>(1, 4 * ctx.info->sm_count / col_blocks));
     const int64_t rows_per_chunk = a.rows == 0 ? 1 : ceil_div(a.rows, chunks);
     const int64_t parts = a.rows == 0 ? 1 : ceil_div(a.rows, rows_per_chunk);
-    ParamGradSums sums;
-    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, false, &sums)) != XVK_SUCCESS) return status;
+    ParamGradScratch scratch;
+    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, false, &scratch)) != XVK_SUCCESS)
+      return status;
     if (a.rows > 0) {
       status = launch_rows(ctx, c, norm_backward_reread<T, VEC>, "norm_backward_reread", a.rows, 1, a);
       if (status != XVK_SUCCESS || !want_params) return status;
     }
     norm_param_grad_columns<T, VEC><<<dim3(unsigned(col_blocks), unsigned(parts)), threads, 0, ctx.stream>>>(
-        a, sums.partial, rows_per_chunk);
+        a, scratch.sums.partial, rows_per_chunk);
     status = check_launch("norm_param_grad_columns");
-    return status == XVK_SUCCESS ? finalize(ctx, a, sums.partial, parts) : status;
+    return status == XVK_SUCCESS ? finalize(ctx, a, scratch) : status;
   }
   // smem: the group variants' cross-warp sums of one pack of columns.
   auto launch = [&](auto kernel, const char *name, int64_t rows_per_block, size_t smem) {
     const int resident = ctx.blocks_per_sm(kernel, c.threads, smem);
     const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident, c.blocks_per_sm);
     const int64_t parts = blocks;
-    ParamGradSums sums;
+    ParamGradScratch scratch;
     // The kernel's last block adds up the parts when they are few.
     const bool in_kernel = want_params && InKernelFinalize(parts, a.cols, c.threads).loads <= kInKernelFinalizeLoads;
-    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, in_kernel, &sums)) != XVK_SUCCESS) return;
-    kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, sums);
+    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, in_kernel, &scratch)) != XVK_SUCCESS) return;
+    kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, scratch.sums);
     status = check_launch(name);
-    if (status == XVK_SUCCESS && want_params && !in_kernel) status = finalize(ctx, a, sums.partial, parts);
+    if (status == XVK_SUCCESS && want_params && !in_kernel) status = finalize(ctx, a, scratch);
   };
   if (c.variant == Variant::kGroup) {
     with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
