@@ -21,6 +21,7 @@ struct DeviceInfo {
   int max_threads_per_sm = 2048;
   int max_smem_per_block = 48 * 1024;  // with the opt-in for dynamic shared memory
   bool cooperative_launch = false;
+  bool dependent_launch = false;  // launch_dependent may overlap kernels (NVIDIA sm_90 and later)
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;
   DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block}; }
@@ -124,6 +125,16 @@ inline int grid_blocks(const Context &ctx, int64_t work_blocks, int resident_per
   if (cap_per_sm > 0 && cap_per_sm < resident_per_sm) resident_per_sm = cap_per_sm;
   const int64_t resident = int64_t(ctx.info->sm_count) * resident_per_sm;
   return int(work_blocks < resident ? (work_blocks < 1 ? 1 : work_blocks) : resident);
+}
+
+// launch_dependent (portability.cuh) on the context's stream, overlapping the
+// previous kernel where the device can; the kernel calls
+// wait_for_prior_kernel() before it reads what that kernel wrote.
+template <class... Params, class... Args>
+xvk_status_t launch_after_previous(Context &ctx, const char *name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                   const Args &...args) {
+  const error_t e = launch_dependent(kernel, grid, block, ctx.stream, ctx.info->dependent_launch, args...);
+  return e == kSuccess ? check_launch(name) : device_error(name, e);
 }
 
 // Launches a persistent grid-stride kernel over `rows` rows, rows_per_block

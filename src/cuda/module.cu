@@ -148,6 +148,26 @@ const xvk_backend_ops g_ops = {
 
 }  // namespace
 
+#if !XVK_GPU_HIP
+// Built with the library's architecture list like every kernel: whether the
+// code device `id` runs was compiled for sm_90 or later, so that it has the
+// wait launch_dependent's overlap relies on (wait_for_prior_kernel is empty
+// in code built for older architectures, as an sm_80-only build run on an
+// H100 would be).
+__global__ void architecture_probe() {}
+
+bool runs_sm90_code(int id) {
+  int current = -1;
+  if (get_device(&current) != kSuccess || set_device(id) != kSuccess) {
+    (void)get_last_error();
+    return false;
+  }
+  const bool sm90 = kernel_ptx_version(architecture_probe) >= 90;
+  (void)set_device(current);
+  return sm90;
+}
+#endif
+
 const DeviceInfo &device_info(int id) {
   static DeviceInfo invalid;
   if (id < 0 || id >= kMaxDevices) return invalid;
@@ -167,6 +187,7 @@ const DeviceInfo &device_info(int id) {
     std::snprintf(info.arch, sizeof info.arch, "%.*s", int(std::strcspn(prop.gcnArchName, ":")), prop.gcnArchName);
 #else
     std::snprintf(info.arch, sizeof info.arch, "sm_%d%d", prop.major, prop.minor);
+    info.dependent_launch = prop.major >= 9 && runs_sm90_code(id);
 #endif
     info.table = &tuning_table_for(info.arch);
   });

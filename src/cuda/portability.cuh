@@ -67,6 +67,13 @@ inline error_t launch_cooperative(Kernel kernel, unsigned blocks, unsigned threa
   return hipLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(threads), args,
                                     unsigned(smem), s);
 }
+// A launch that may start while the stream's previous kernel finishes (see
+// the CUDA form); HIP has none, so a plain launch.
+template <class... Params, class... Args>
+inline error_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, stream_t s, bool, Args... args) {
+  kernel<<<grid, block, 0, s>>>(args...);
+  return hipGetLastError();
+}
 inline int max_smem_per_block(const device_prop_t &p) { return int(p.sharedMemPerBlock); }
 inline constexpr const char *kRuntimeName = "HIP";
 inline constexpr const char *kBackendName = "hip";  // also the prefix of the runtime API
@@ -108,6 +115,37 @@ inline error_t launch_cooperative(Kernel kernel, unsigned blocks, unsigned threa
                                   stream_t s) {
   return cudaLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(threads), args, smem,
                                      s);
+}
+// A launch that may start while the stream's previous kernel finishes
+// (programmatic dependent launch, sm_90 and later; `overlap` false: a plain
+// launch): its blocks can be resident and past their prologue when the
+// previous kernel's last blocks end, instead of the launch waiting for them.
+// The kernel must call wait_for_prior_kernel() before it touches memory that
+// kernel wrote.
+template <class... Params, class... Args>
+inline error_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, stream_t s, bool overlap,
+                                Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = s;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = overlap ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, Params(args)...);
+}
+// The PTX version (e.g. 90) a kernel's code on the current device was built
+// from, or 0 if unknown.
+template <class Kernel>
+inline int kernel_ptx_version(Kernel kernel) {
+  cudaFuncAttributes a;
+  if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return a.ptxVersion;
 }
 inline int max_smem_per_block(const device_prop_t &p) { return int(p.sharedMemPerBlockOptin); }
 inline constexpr const char *kRuntimeName = "CUDA";
@@ -259,6 +297,15 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
   const T pair[2] = {from_float<T>(lo), from_float<T>(hi)};
   __builtin_memcpy(&word, pair, sizeof word);
   return word;
+#endif
+}
+
+// In a kernel started by launch_dependent: waits until the stream's previous
+// kernel has finished and its writes are visible (returns at once otherwise,
+// and on AMD and before sm_90, where such launches are plain).
+__device__ __forceinline__ void wait_for_prior_kernel() {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
