@@ -852,6 +852,7 @@ template <int V>
 __global__ void __launch_bounds__(32 * kFinalizeLanes)
     norm_backward_finalize(const xvk_norm_backward_args a, const float *partial, int64_t parts, float *slice_sums,
                            unsigned *counters) {
+  wait_for_prior_kernel();  // started by launch_after_previous
   __shared__ float lane_sums[kFinalizeLanes][2][32 * V];
   __shared__ bool last;
   const int x = int(threadIdx.x), y = int(threadIdx.y);
@@ -978,13 +979,9 @@ xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool 
 xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const ParamGradScratch &s) {
   float *slice_sums = s.sums.partial + s.parts * 2 * a.cols;
   const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(32, kFinalizeLanes);
-  if (s.grid.vec == 4)
-    norm_backward_finalize<4><<<blocks, block, 0, ctx.stream>>>(a, s.sums.partial, s.parts, slice_sums,
-                                                                s.finalize_counters);
-  else
-    norm_backward_finalize<1><<<blocks, block, 0, ctx.stream>>>(a, s.sums.partial, s.parts, slice_sums,
-                                                                s.finalize_counters);
-  return check_launch("norm_backward_finalize");
+  return launch_after_previous(ctx, "norm_backward_finalize",
+                               s.grid.vec == 4 ? norm_backward_finalize<4> : norm_backward_finalize<1>, blocks, block,
+                               a, s.sums.partial, s.parts, slice_sums, s.finalize_counters);
 }
 
 template <class T, int VEC>
