@@ -21,13 +21,22 @@ OPS = ["softmax_fwd", "softmax_bwd", "log_softmax_fwd", "log_softmax_bwd",
        "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd"]
 
 
+WARM_UP_S = 0.02
+
+
 def time_us(fn, flush, reps, setup=None):
     """Median of `reps` launches of fn, each alone between two events after an
     L2 flush. setup (untimed, before the flush) prepares each launch."""
-    if setup:
-        setup()
-    fn()
-    torch.cuda.synchronize()
+    # Warm-up for WARM_UP_S of wall time (at least one launch), as xvk-bench
+    # does (bench_util.cuh): clocks lowered while the host filled the data.
+    warm_start = time.perf_counter()
+    while True:
+        if setup:
+            setup()
+        fn()
+        torch.cuda.synchronize()
+        if time.perf_counter() - warm_start >= WARM_UP_S:
+            break
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for i in range(reps):
