@@ -16,10 +16,12 @@
 //      of c * s), a thread keeping its column vector's coefficients in
 //      registers; a flat kernel that finds each element's channel covers
 //      the rest (rows not a whole number of vectors).
-// The reduction has one shape per memory order: channels-first runs a group
-// of threads (up to the block) along each channel's (n, c) planes,
-// channels-last runs lanes across channels (columns) and threads down the
-// rows. Inference only runs pass 2. A training forward that fits in shared
+// The reduction has two shapes: reduce_channels_first runs a group of
+// threads (up to the block) along each channel's (n, c) planes;
+// reduce_columns runs lanes across the rows' columns and threads down the
+// rows, a state per column (channels-last, where a column is a channel, and
+// channels-first planes that are not whole vectors, where finalize merges a
+// channel's s columns; make_plan chooses). Inference only runs pass 2. A training forward that fits in shared
 // memory may instead run as one cooperative kernel (forward_single_pass),
 // which reads x once. finalize and pass 2 start by launch_after_previous
 // (programmatic dependent launch on sm_90): launched while the kernel before
