@@ -21,11 +21,11 @@
 // reduce_columns runs lanes across the rows' columns and threads down the
 // rows, a state per column (channels-last, where a column is a channel, and
 // channels-first planes that are not whole vectors, where finalize merges a
-// channel's s columns; make_plan chooses). Inference only runs pass 2. A training forward that fits in shared
-// memory may instead run as one cooperative kernel (forward_single_pass),
-// which reads x once. finalize and pass 2 start by launch_after_previous
-// (programmatic dependent launch on sm_90): launched while the kernel before
-// them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
+// channel's s columns; make_plan chooses). Inference only runs pass 2. A
+// training forward that fits in shared memory may instead run as one
+// cooperative kernel (forward_single_pass), which reads x once. finalize and
+// pass 2 start by launch_after_previous (programmatic dependent launch on
+// sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
 // launch earlier still (griddepcontrol.launch_dependents in the kernel before)
 // was slower: their resident, waiting blocks took the slots of running ones
@@ -156,6 +156,8 @@ __device__ __forceinline__ float relu(float v) { return (v > 0.0f || v != v) ? v
 // 1e4, std 1e-2) keeps its precision where x * a + (beta - mean * a) would not.
 struct alignas(16) Coef {
   float center, a, b, c;
+  __device__ float forward(float x) const { return (x - center) * a + b; }
+  __device__ float backward(float g, float x) const { return a * g + b * (x - center) + c; }
 };
 
 // Where the forward pass 2 finds a channel's coefficients: in `coef`, written
@@ -233,23 +235,20 @@ struct ColumnCoefs {
 // forward: 62 registers that way, 48 this way, 64 with VEC sets).
 template <class CoefOf>
 __device__ __forceinline__ float forward_affine(const CoefOf &coef_of, int j, float x) {
-  const Coef k = coef_of(j);
-  return (x - k.center) * k.a + k.b;
+  return coef_of(j).forward(x);
 }
 template <int VEC>
 __device__ __forceinline__ float forward_affine(const ColumnCoefs<VEC, 2> &c, int j, float x) {
-  const float v0 = (x - c.k[0].center) * c.k[0].a + c.k[0].b, v1 = (x - c.k[1].center) * c.k[1].a + c.k[1].b;
+  const float v0 = c.k[0].forward(x), v1 = c.k[1].forward(x);
   return j < c.split ? v0 : v1;
 }
 template <class CoefOf>
 __device__ __forceinline__ float backward_affine(const CoefOf &coef_of, int j, float g, float x) {
-  const Coef k = coef_of(j);
-  return k.a * g + k.b * (x - k.center) + k.c;
+  return coef_of(j).backward(g, x);
 }
 template <int VEC>
 __device__ __forceinline__ float backward_affine(const ColumnCoefs<VEC, 2> &c, int j, float g, float x) {
-  const Coef &k0 = c.k[0], &k1 = c.k[1];
-  const float v0 = k0.a * g + k0.b * (x - k0.center) + k0.c, v1 = k1.a * g + k1.b * (x - k1.center) + k1.c;
+  const float v0 = c.k[0].backward(g, x), v1 = c.k[1].backward(g, x);
   return j < c.split ? v0 : v1;
 }
 
@@ -823,6 +822,12 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
   const int64_t begin = int64_t(div_parts.div(uint64_t(total * part), false));
   const int64_t end = ch < sh.c ? int64_t(div_parts.div(uint64_t(total * (part + 1)), false)) : begin;
   const float context = ch < sh.c ? src.context(ch) : 0.0f;
+  // Item i of the channel: slot k of plane n, whose first element is `plane`.
+  auto locate = [&](int64_t i, int64_t &plane, int64_t &k) {
+    const int64_t n = int64_t(div_slots.div(uint64_t(i), sh.small));
+    plane = (n * sh.c + ch) * sh.s;
+    k = i - n * slots;
+  };
   float a[Op::K];
   Op::identity(a);
   int batches = 0;
@@ -836,9 +841,9 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
       // VEC == 1 (unaligned data), whose gradient kernels spilled with it.
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t i = i0 + int64_t(u) * group;
-        const int64_t n = int64_t(div_slots.div(uint64_t(i), sh.small));
-        it[u] = src.load((n * sh.c + ch) * sh.s + (i - n * slots) * VEC);
+        int64_t plane, k;
+        locate(i0 + int64_t(u) * group, plane, k);
+        it[u] = src.load(plane + k * VEC);
         use[u] = kAll;
       }
       src.template add_items<false>(a, it, use, context);
@@ -849,8 +854,8 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
       const int64_t i = i0 + int64_t(u) * group;
       use[u] = 0;
       if (i < end) {
-        const int64_t n = int64_t(div_slots.div(uint64_t(i), sh.small));
-        const int64_t plane = (n * sh.c + ch) * sh.s, k = i - n * slots;
+        int64_t plane, k;
+        locate(i, plane, k);
         if (!RAGGED) {
           it[u] = src.load(plane + k * VEC);
           use[u] = kAll;
