@@ -50,10 +50,8 @@ Ceiling copy_ceiling(size_t bytes) {
   CUDA_OK(cudaMemsetAsync(src.p, 1, half, g_stream));
   Ceiling c;
   c.memcpy_us = time_us([&] { CUDA_OK(cudaMemcpyAsync(dst.p, src.p, half, cudaMemcpyDeviceToDevice, g_stream)); });
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t n = half / 16;
-  const int blocks = int(std::min<size_t>((n + 255) / 256, size_t(sms) * 8));
+  const int blocks = int(std::min<size_t>((n + 4 * 256 - 1) / (4 * 256), size_t(1) << 30));
   c.kernel_us = time_us([&] {
     copy_kernel<<<blocks, 256, 0, g_stream>>>(static_cast<const uint4 *>(src.p), static_cast<uint4 *>(dst.p), n);
   });
@@ -121,7 +119,8 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, 
     std::snprintf(s, sizeof s, "group%d.p%d.r%d.t%d", c.group, c.packs, c.rows, c.threads);
   else
     std::snprintf(s, sizeof s, "%s.p%d.t%d", variant_name(c.variant), c.packs, c.threads);
-  if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), ".b%d", c.blocks_per_sm);
+  if (c.blocks_per_sm == kGridCoversRows) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), ".all");
+  else if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), ".b%d", c.blocks_per_sm);
   return s;
 }
 

@@ -54,7 +54,8 @@ std::string describe(const Config &c) {
     std::snprintf(s, sizeof s, "group G=%d packs=%d rows=%d threads=%d", c.group, c.packs, c.rows, c.threads);
   else
     std::snprintf(s, sizeof s, "%s packs=%d threads=%d", variant_name(c.variant), c.packs, c.threads);
-  if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), " blocks/SM<=%d", c.blocks_per_sm);
+  if (c.blocks_per_sm == kGridCoversRows) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), " grid covers rows");
+  else if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), " blocks/SM<=%d", c.blocks_per_sm);
   return s;
 }
 
@@ -64,6 +65,7 @@ int main(int argc, char **argv) {
   const char *out_path = nullptr;
   bool quick = false;
   g_reps = 15;
+  g_warm_up_ms = 3.0;  // candidates run back to back: the clocks are up after the first
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];

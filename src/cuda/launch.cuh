@@ -119,9 +119,14 @@ xvk_status_t launch_typed(int dtype, int vec, F &&launch) {
   return status;
 }
 
-// Grid for a persistent grid-stride kernel: enough blocks to cover the work,
-// at most as many as fit on the device at once (or as the config's cap allows).
+// Grid for a grid-stride kernel: enough blocks to cover the work, at most as
+// many as fit on the device at once (or as the config's cap allows), unless
+// cap_per_sm is kGridCoversRows: then all of them, up to 2^20 blocks (the
+// kernels loop over what is left; HIP allows fewer than 2^32 threads along x).
 inline int grid_blocks(const Context &ctx, int64_t work_blocks, int resident_per_sm, int cap_per_sm = 0) {
+  constexpr int64_t kMaxCoveringBlocks = int64_t(1) << 20;
+  if (cap_per_sm == kGridCoversRows)
+    return int(work_blocks < 1 ? 1 : work_blocks < kMaxCoveringBlocks ? work_blocks : kMaxCoveringBlocks);
   if (cap_per_sm > 0 && cap_per_sm < resident_per_sm) resident_per_sm = cap_per_sm;
   const int64_t resident = int64_t(ctx.info->sm_count) * resident_per_sm;
   return int(work_blocks < resident ? (work_blocks < 1 ? 1 : work_blocks) : resident);

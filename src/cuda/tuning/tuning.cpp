@@ -53,7 +53,7 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
   const int warp_size = limits.warp_size;
   const int elem_size = dtype == 0 ? 4 : 2;  // XVK_DTYPE_F32, else a 16-bit type
   const int64_t vectors = ceil_div(cols, c.vec);
-  if (c.blocks_per_sm < 0) return false;
+  if (c.blocks_per_sm < 0 && (c.blocks_per_sm != kGridCoversRows || op == OpKind::kNormBackward)) return false;
   switch (c.variant) {
     case Variant::kGroup: {
       if (c.group < 1 || c.group > 32 || c.group > warp_size || (c.group & (c.group - 1))) return false;
@@ -162,15 +162,22 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
       if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
     }
   // Capping resident blocks keeps a re-read row in L2 between its two passes,
-  // and makes fewer partial sums for the norm backward.
+  // and makes fewer partial sums for the norm backward. A grid covering the
+  // rows (no persistent loop) suits the rest.
   const size_t base = out.size();
-  for (size_t i = 0; i < base; ++i)
+  for (size_t i = 0; i < base; ++i) {
     if (out[i].variant == Variant::kReread || op == OpKind::kNormBackward)
       for (int cap : {1, 2}) {
         Config c = out[i];
         c.blocks_per_sm = cap;
         out.push_back(c);
       }
+    if (op != OpKind::kNormBackward) {
+      Config c = out[i];
+      c.blocks_per_sm = kGridCoversRows;
+      out.push_back(c);
+    }
+  }
   return out;
 }
 
