@@ -374,23 +374,27 @@ __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_back
     }
     RowReducer<0>::all_reduce(acc, SumOp{}, scratch);
     T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
-    // Pass 2 issues kIssueDx vectors of each at once too: what is not staged
-    // comes from memory again, and one load at a time would wait out its
-    // latency. Fewer than pass 1: with dx's values live too, 4 spilled at
-    // the 64-register bound of 1024 threads, and so did 2 of fp16 (whose
-    // conversions take more registers than bfloat16's shifts; measured on
-    // the H200: fp16 shared-dy 32768 went 2508 -> 2776 us). The log/plain
-    // choice is made once per row, outside the loop, for the same reason.
-    constexpr int kIssueDx = std::is_same_v<T, half> ? 1 : 2;
+    // Pass 2 issues kIssueDx vectors of each input it reads from memory at
+    // once too: one load at a time would wait out its latency. With both
+    // from memory (reread), fewer than pass 1: with dx's values live too, 4
+    // spilled at the 64-register bound of 1024 threads, and so did 2 of fp16
+    // (whose conversions take more registers than bfloat16's shifts; H200:
+    // fp16 shared-dy 32768 went 2508 -> 2776 us). A staged dy is read from
+    // shared memory where it is used, holding no registers while y's loads
+    // are in flight, so those issue kIssue at once (H200, fp16 log-softmax
+    // 49152 x 16384: one y load at a time kept it at 1.11x the copy time).
+    // The log/plain choice is made once per row, outside the loop, for the
+    // same reason.
+    constexpr int kIssueDx = kStageDy ? kIssue : std::is_same_v<T, half> ? 1 : 2;
     auto write_dx = [&](auto log) {
       for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssueDx * stride) {
-        P raw_y[kIssueDx], raw_dy[kIssueDx];
+        P raw_y[kIssueDx], raw_dy[kStageDy ? 1 : kIssueDx];
 #pragma unroll
         for (int u = 0; u < kIssueDx; ++u) {
           const int64_t v = v0 + u * stride;
           if (v < vectors) {
             raw_y[u] = kStageY ? staged_y[v] : load_global(y + v);
-            raw_dy[u] = kStageDy ? staged_dy[v] : load_global(dy + v);
+            if constexpr (!kStageDy) raw_dy[u] = load_global(dy + v);
           }
         }
 #pragma unroll
@@ -399,7 +403,10 @@ __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_back
           if (v >= vectors) continue;
           float yv[VEC], dyv[VEC], out[VEC];
           unpack(raw_y[u], yv);
-          unpack(raw_dy[u], dyv);
+          if constexpr (kStageDy)
+            unpack(staged_dy[v], dyv);
+          else
+            unpack(raw_dy[u], dyv);
           softmax_dx<decltype(log)::value>(a.scale, yv, dyv, acc[0], out);
           store_vec<T, VEC>(dx + v * VEC, out);
         }
@@ -480,7 +487,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
 
 template <bool kForward, class Args>
 xvk_status_t run(Context &ctx, const Args &a, int vec, OpKind op, const Config *forced) {
-  const Config c = config_for(ctx, forced, op, a, vec);
+  const Config c = config_for(ctx, forced, op, a.log ? Flavour::kSecond : Flavour::kPlain, a, vec);
   return launch_typed(a.dtype, c.vec, [&](auto tag, auto v) {
     using T = decltype(tag);
     constexpr int VEC = decltype(v)::value;
