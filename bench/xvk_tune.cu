@@ -1,5 +1,6 @@
 // xvk-tune: produces a tuning table (src/cuda/tuning/<arch>.cpp) for the GPU
-// it runs on. For every operator family, dtype, row count (8192 standing for
+// it runs on. For every operator (softmax, log-softmax, LayerNorm, RMSNorm;
+// forward and backward), dtype, row count (8192 standing for
 // up to 16384 rows, 49152 for more) and column count of its grid, it runs each candidate launch
 // configuration, checks its output against the default rule's, times it
 // (median of L2-flushed launches) and keeps the fastest.
@@ -45,7 +46,11 @@ float relative_diff(const void *a, const void *b, int dtype, size_t n) {
   return h[0] / std::max(h[1], 1e-30f);
 }
 
-const char *kOpNames[] = {"softmax forward", "softmax backward", "norm forward", "norm backward"};
+// By OpKind, then Flavour (plain, second).
+const char *kOpNames[][2] = {{"softmax forward", "log-softmax forward"},
+                             {"softmax backward", "log-softmax backward"},
+                             {"LayerNorm forward", "RMSNorm forward"},
+                             {"LayerNorm backward", "RMSNorm backward"}};
 const char *kDtypeNames[] = {"float32", "float16", "bfloat16"};
 
 std::string describe(const Config &c) {
@@ -92,6 +97,7 @@ int main(int argc, char **argv) {
   int entries = 0, rejected = 0;
   for (const auto &[rows, rows_bound] : buckets)
   for (int op = 0; op < 4; ++op)
+  for (int flavour = 0; flavour < 2; ++flavour)
     for (int dtype = 0; dtype < 3; ++dtype)
       for (int64_t cols : grid) {
         const size_t n = size_t(rows * cols), es = dtype == 0 ? 4 : 2;
@@ -101,19 +107,24 @@ int main(int argc, char **argv) {
         fill(beta.p, dtype, size_t(cols), 14, 0.0f, 0.1f);
         xvk_softmax_forward_args sf{};
         sf.rows = rows, sf.cols = cols, sf.dtype = dtype, sf.scale = 1.0f, sf.x = {x.p, cols}, sf.y = {out.p, cols};
+        sf.log = flavour;
         xvk_softmax_backward_args sb{};
         sb.rows = rows, sb.cols = cols, sb.dtype = dtype, sb.scale = 1.0f, sb.y = {x.p, cols}, sb.dy = {dy.p, cols},
         sb.dx = {out.p, cols};
+        sb.log = flavour;
         xvk_norm_forward_args nf{};
         nf.rows = rows, nf.cols = cols, nf.dtype = dtype, nf.epsilon = 1e-5f, nf.x = {x.p, cols}, nf.y = {out.p, cols};
         nf.gamma = gamma.p, nf.beta = beta.p, nf.param_dtype = dtype;
         nf.mean = static_cast<float *>(mean.p), nf.rstd = static_cast<float *>(rstd.p);
+        nf.rms = flavour;
+        if (flavour) nf.beta = nullptr, nf.mean = nullptr;  // RMSNorm has neither (nor its backward a mean)
         CUDA_OK(cudaSuccess);
         if (norm_forward(ctx, nf, nullptr) != XVK_SUCCESS) return std::fprintf(stderr, "norm_forward failed\n"), 1;
         xvk_norm_backward_args nb{};
         nb.rows = rows, nb.cols = cols, nb.dtype = dtype, nb.dy = {dy.p, cols}, nb.x = {x.p, cols}, nb.dx = {out.p, cols};
         nb.gamma = gamma.p, nb.param_dtype = dtype, nb.mean = nf.mean, nb.rstd = nf.rstd;
-        nb.dgamma = dgamma.p, nb.dbeta = dbeta.p, nb.dparam_dtype = dtype;
+        nb.dgamma = dgamma.p, nb.dbeta = flavour ? nullptr : dbeta.p, nb.dparam_dtype = dtype;
+        nb.rms = flavour;
         auto run = [&](const Config *c) {
           switch (OpKind(op)) {
             case OpKind::kSoftmaxForward: return softmax_forward(ctx, sf, c);
@@ -141,7 +152,7 @@ int main(int argc, char **argv) {
           float diff = relative_diff(out.p, ref.p, dtype, n);
           if (op == int(OpKind::kNormBackward)) diff = std::max(diff, relative_diff(dgamma.p, dgamma_ref.p, dtype, size_t(cols)));
           if (!(diff <= tol)) {
-            std::printf("REJECTED %s %s cols %lld %s: differs from the default by %g\n", kOpNames[op], kDtypeNames[dtype],
+            std::printf("REJECTED %s %s cols %lld %s: differs from the default by %g\n", kOpNames[op][flavour], kDtypeNames[dtype],
                         (long long)cols, describe(c).c_str(), diff);
             ++rejected;
             continue;
@@ -152,13 +163,13 @@ int main(int argc, char **argv) {
             base_us = us;
           if (us < best_us) best_us = us, best = c;
         }
-        std::printf("%-16s %-8s rows %6lld cols %6lld: best %-40s %9.2f us (default rule %9.2f us)\n", kOpNames[op],
+        std::printf("%-20s %-8s rows %6lld cols %6lld: best %-40s %9.2f us (default rule %9.2f us)\n", kOpNames[op][flavour],
                     kDtypeNames[dtype], (long long)rows, (long long)cols, describe(best).c_str(), best_us, base_us);
         std::fflush(stdout);
         char line[256];
-        std::snprintf(line, sizeof line, "    {%d, %d, %s, %lld, %d, %d, %d, %d, %d, %d},  // %s %s %lld x %lld: %.2f us (default rule %.2f)\n",
-                      op, dtype, rows_bound == INT64_MAX ? "INT64_MAX" : std::to_string(rows_bound).c_str(), (long long)cols,
-                      int(best.variant), best.group, best.rows, best.packs, best.threads, best.blocks_per_sm, kOpNames[op],
+        std::snprintf(line, sizeof line, "    {%d, %d, %d, %s, %lld, %d, %d, %d, %d, %d, %d},  // %s %s %lld x %lld: %.2f us (default rule %.2f)\n",
+                      op, flavour, dtype, rows_bound == INT64_MAX ? "INT64_MAX" : std::to_string(rows_bound).c_str(), (long long)cols,
+                      int(best.variant), best.group, best.rows, best.packs, best.threads, best.blocks_per_sm, kOpNames[op][flavour],
                       kDtypeNames[dtype], (long long)rows, (long long)cols, best_us, base_us);
         table += line;
         ++entries;
@@ -171,7 +182,7 @@ int main(int argc, char **argv) {
                 "// %s tuning table. Produced by xvk-tune on an %s (%d SMs) on %s, rows tuned at 8192 and %lld,\n"
                 "// median of %d L2-flushed launches per candidate; do not edit by hand, run\n"
                 "// bench/xvk-tune again (see src/cuda/tuning/README.md).\n"
-                "// Columns: op (OpKind), dtype (xvk_dtype_id), max_rows, max_cols, variant (Variant), group, rows, packs,\n// threads, blocks_per_sm.\n"
+                "// Columns: op (OpKind), flavour (Flavour), dtype (xvk_dtype_id), max_rows, max_cols, variant (Variant), group,\n// rows, packs, threads, blocks_per_sm.\n"
                 "#include <cstdint>\n\n#include \"cuda/tuning/tuning.hpp\"\n\nnamespace xvk::gpu {\nnamespace {\n\nconst TuningEntry kEntries[] = {\n",
                 ctx.info->arch, prop.name, prop.multiProcessorCount, date, (long long)max_rows, g_reps);
   std::string file = std::string(head) + table + "};\n\n}  // namespace\n\nextern const TuningTable kTuningSm90;\n" +

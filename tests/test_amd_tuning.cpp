@@ -84,7 +84,8 @@ TEST_CASE("every row of the AMD tables is chosen, and runs, across its whole ban
       for (int64_t cols : {lo + vec, hi}) {  // narrowest and widest vector-path row of the band
         CAPTURE(cols);
         const OpKind op = OpKind(e.op);
-        const Config c = choose_config(table, op, e.dtype, 49152, cols, vec, DeviceLimits{f.wave, kLdsBytes});
+        const Config c = choose_config(table, op, Flavour(e.flavour == int(Flavour::kAny) ? 0 : e.flavour), e.dtype, 49152,
+                                       cols, vec, DeviceLimits{f.wave, kLdsBytes});
         CHECK(int(c.variant) == e.variant);  // the row, not the default rule's fallback
         if (e.threads != 0) CHECK(c.threads == e.threads);
         if (e.variant == int(Variant::kBlock)) CHECK(c.packs == e.packs);

@@ -101,10 +101,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t element_size(int dtype) { return dtype == XVK_DTYPE_F32 ? 4 : 2; }
 
 // The configuration of one call: the tuner's forced one, or the device
-// table's choice for the call's shape and the vector width it allows.
+// table's choice for the call's operator, shape and the vector width it allows.
 template <class Args>
-Config config_for(const Context &ctx, const Config *forced, OpKind op, const Args &a, int vec) {
-  return forced ? *forced : choose_config(*ctx.info->table, op, a.dtype, a.rows, a.cols, vec, ctx.info->limits());
+Config config_for(const Context &ctx, const Config *forced, OpKind op, Flavour flavour, const Args &a, int vec) {
+  return forced ? *forced
+                : choose_config(*ctx.info->table, op, flavour, a.dtype, a.rows, a.cols, vec, ctx.info->limits());
 }
 
 // Runs launch(T{}, IntConst<VEC>{}) for the call's storage type and the

@@ -181,14 +181,16 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
   return out;
 }
 
-Config choose_config(const TuningTable &table, OpKind op, int dtype, int64_t rows, int64_t cols, int vec,
-                     const DeviceLimits &limits) {
+Config choose_config(const TuningTable &table, OpKind op, Flavour flavour, int dtype, int64_t rows, int64_t cols,
+                     int vec, const DeviceLimits &limits) {
   // Tables are tuned on the vector path; the scalar path (odd sizes, unaligned
   // tensors) takes the default rule.
   if (vec > 1) {
     for (int i = 0; i < table.count; ++i) {
       const TuningEntry &e = table.entries[i];
-      if (e.op != int(op) || e.dtype != dtype || rows > e.max_rows || cols > e.max_cols) continue;
+      if (e.op != int(op) || (e.flavour != int(Flavour::kAny) && e.flavour != int(flavour)) || e.dtype != dtype ||
+          rows > e.max_rows || cols > e.max_cols)
+        continue;
       Config c;
       c.variant = Variant(e.variant);
       c.vec = vec;

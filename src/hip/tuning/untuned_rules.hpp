@@ -49,6 +49,7 @@ constexpr Table make_table(BlockSizes s) {
       auto add = [&](int64_t max_vectors, Variant v, int group, int rows, int packs, int threads) {
         TuningEntry e{};
         e.op = op;
+        e.flavour = int(Flavour::kAny);  // nothing measured to tell the two apart
         e.dtype = dtype;
         e.max_rows = INT64_MAX;  // one row bucket: no measurements to split rows by
         e.max_cols = max_vectors * vec;
