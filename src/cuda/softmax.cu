@@ -383,8 +383,8 @@ __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_back
     // shared memory where it is used, holding no registers while y's loads
     // are in flight, so those issue kIssue at once (H200, fp16 log-softmax
     // 49152 x 16384: one y load at a time kept it at 1.11x the copy time).
-    // The log/plain choice is made once per row, outside the loop, for the
-    // same reason.
+    // The log/plain choice is made once per row, outside the loop, to keep
+    // registers down too.
     constexpr int kIssueDx = kStageDy ? kIssue : std::is_same_v<T, half> ? 1 : 2;
     auto write_dx = [&](auto log) {
       for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssueDx * stride) {
