@@ -388,7 +388,8 @@ __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_back
     constexpr int kIssueDx = kStageDy ? kIssue : std::is_same_v<T, half> ? 1 : 2;
     auto write_dx = [&](auto log) {
       for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kIssueDx * stride) {
-        P raw_y[kIssueDx], raw_dy[kStageDy ? 1 : kIssueDx];
+        P raw_y[kIssueDx];
+        [[maybe_unused]] P raw_dy[kStageDy ? 1 : kIssueDx];  // unused when dy is staged
 #pragma unroll
         for (int u = 0; u < kIssueDx; ++u) {
           const int64_t v = v0 + u * stride;
