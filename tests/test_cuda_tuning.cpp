@@ -1,0 +1,107 @@
+// The CUDA module's tuning tables and config chooser, on the host: built
+// with the cuda preset (it links the CUDA build of tuning.cpp). No GPU is
+// needed: these check that every row of the sm_90 table is what a call of
+// its operator, flavour and shape gets, and that it can run on an sm_90
+// device, and how flavours and the covering grid are matched and refused.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "cuda/tuning/tuning.hpp"
+
+using namespace xvk::gpu;
+
+namespace {
+
+// An H100 or H200: 32-lane warps, 227 KiB of shared memory per block with the opt-in.
+const DeviceLimits kSm90{32, 227 * 1024};
+
+int vec_of(int dtype) { return dtype == 0 ? 4 : 8; }  // 16 bytes of float32 or of 16-bit values
+
+// The row count the tuner timed a bucket at (xvk_tune.cu).
+int64_t tuned_rows(int64_t max_rows) { return max_rows == 16384 ? 8192 : 49152; }
+
+}  // namespace
+
+TEST_CASE("every row of the sm_90 table is what its operator and flavour get at its tuned width") {
+  const TuningTable &table = tuning_table_for("sm_90");
+  REQUIRE(table.count > 0);
+  CHECK(std::string(table.name).find("sm_90") == 0);
+  // (op, flavour, dtype, max_rows) -> the previous row's max_cols: bands ascend.
+  std::map<std::tuple<int, int, int, int64_t>, int64_t> previous;
+  int covering = 0;
+  for (int i = 0; i < table.count; ++i) {
+    const TuningEntry &e = table.entries[i];
+    CAPTURE(i);
+    REQUIRE(e.op >= 0);
+    REQUIRE(e.op < 4);
+    // A tuned table tells the two operators of a kernel family apart.
+    REQUIRE((e.flavour == int(Flavour::kPlain) || e.flavour == int(Flavour::kSecond)));
+    REQUIRE(e.dtype >= 0);
+    REQUIRE(e.dtype < 3);
+    int64_t &lo = previous[{e.op, e.flavour, e.dtype, e.max_rows}];
+    CHECK(e.max_cols > lo);
+    lo = e.max_cols;
+    const OpKind op = OpKind(e.op);
+    if (e.blocks_per_sm == kGridCoversRows) {
+      ++covering;
+      CHECK(op != OpKind::kNormBackward);  // its partial sums are one per block
+    }
+    const Config c = choose_config(table, op, Flavour(e.flavour), e.dtype, tuned_rows(e.max_rows), e.max_cols,
+                                   vec_of(e.dtype), kSm90);
+    // The row itself, not the default rule's fallback.
+    CHECK(int(c.variant) == e.variant);
+    CHECK(c.blocks_per_sm == e.blocks_per_sm);
+    if (e.variant == int(Variant::kGroup)) CHECK(c.group == e.group);
+    if (e.threads != 0 && e.variant != int(Variant::kBlock)) CHECK(c.threads == e.threads);
+    if (e.variant == int(Variant::kBlock)) CHECK(c.packs == e.packs);
+    Config again = c;
+    CHECK(complete_config(again, op, e.dtype, e.max_cols, kSm90));
+  }
+  CHECK(covering > 0);
+}
+
+TEST_CASE("choose_config matches a row's flavour, and a kAny row serves both") {
+  const TuningEntry entries[] = {
+      // op, flavour, dtype, max_rows, max_cols, variant, group, rows, packs, threads, blocks_per_sm
+      {0, int(Flavour::kSecond), 0, INT64_MAX, 1024, int(Variant::kBlock), 0, 1, 2, 0, kGridCoversRows},
+      {0, int(Flavour::kAny), 0, INT64_MAX, 1024, int(Variant::kReread), 0, 1, 1, 256, 0},
+  };
+  const TuningTable table{"test", entries, 2, nullptr};
+  const Config log_softmax = choose_config(table, OpKind::kSoftmaxForward, Flavour::kSecond, 0, 4096, 1024, 4, kSm90);
+  CHECK(log_softmax.variant == Variant::kBlock);
+  CHECK(log_softmax.blocks_per_sm == kGridCoversRows);
+  const Config softmax = choose_config(table, OpKind::kSoftmaxForward, Flavour::kPlain, 0, 4096, 1024, 4, kSm90);
+  CHECK(softmax.variant == Variant::kReread);
+  CHECK(softmax.threads == 256);
+  CHECK(softmax.blocks_per_sm == 0);
+  // Another operator or dtype matches neither row: the default rule.
+  const Config norm = choose_config(table, OpKind::kNormForward, Flavour::kSecond, 0, 4096, 1024, 4, kSm90);
+  const Config rule = default_config(OpKind::kNormForward, 0, 1024, 4, kSm90);
+  CHECK(norm.variant == rule.variant);
+  CHECK(norm.packs == rule.packs);
+  CHECK(norm.threads == rule.threads);
+}
+
+TEST_CASE("the grid covering the rows is a candidate for every operator but the norm backward") {
+  for (int op = 0; op < 4; ++op) {
+    CAPTURE(op);
+    int covering = 0;
+    for (const Config &c : candidate_configs(OpKind(op), 1, 4096, 8, kSm90)) covering += c.blocks_per_sm == kGridCoversRows;
+    if (OpKind(op) == OpKind::kNormBackward)
+      CHECK(covering == 0);
+    else
+      CHECK(covering > 0);
+    Config c;
+    c.variant = Variant::kReread;
+    c.vec = 8;
+    c.threads = 256;
+    c.blocks_per_sm = kGridCoversRows;
+    CHECK(complete_config(c, OpKind(op), 1, 4096, kSm90) == (OpKind(op) != OpKind::kNormBackward));
+    c.blocks_per_sm = -2;  // no other negative value means anything
+    CHECK_FALSE(complete_config(c, OpKind(op), 1, 4096, kSm90));
+  }
+}
