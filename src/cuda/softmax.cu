@@ -40,8 +40,16 @@ __device__ __forceinline__ int64_t causal_limit(const xvk_softmax_forward_args &
   return limit < 0 ? 0 : limit;
 }
 
-// The logits of one row as the softmax sees them.
-template <class T>
+// Whether a call has an additive or a causal mask. The register kernels of
+// the vector path are compiled without the mask paths too (kMasked false):
+// the mask pointer and causal limit of each row held 8-24 registers there
+// (ptxas sm_90, fp32: 34-58 -> 24-32), which capped the narrow rows'
+// occupancy.
+inline bool has_mask(const xvk_softmax_forward_args &a) { return a.mask || a.causal != XVK_CAUSAL_NONE; }
+
+// The logits of one row as the softmax sees them; kMasked false: a call
+// without masks (has_mask), every column kept.
+template <class T, bool kMasked = true>
 struct LogitsRow {
   const T *x = nullptr;
   const T *mask = nullptr;
@@ -51,8 +59,12 @@ struct LogitsRow {
   __device__ __forceinline__ LogitsRow(const xvk_softmax_forward_args &a, int64_t row, bool valid) {
     if (!valid) return;
     x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
-    if (a.mask) mask = static_cast<const T *>(a.mask) + mask_offset(a, row);
-    limit = causal_limit(a, row);
+    if constexpr (kMasked) {
+      if (a.mask) mask = static_cast<const T *>(a.mask) + mask_offset(a, row);
+      limit = causal_limit(a, row);
+    } else {
+      limit = a.cols;
+    }
   }
   // z = scale * x + mask for columns col .. col + VEC - 1, -inf where
   // masked, with x read from the row.
@@ -76,7 +88,7 @@ struct LogitsRow {
       return;
     }
     unpack(xv, z);
-    if (mask) {
+    if (kMasked && mask) {
       float m[VEC];
       load_vec<T, VEC>(mask + col, m);
 #pragma unroll
@@ -113,7 +125,7 @@ __device__ __forceinline__ float output_constant(float max, float sum) {
 
 // Softmax keeps each element's exponential for the output; log-softmax keeps
 // z - shift, the exponential only feeding the sum.
-template <bool kLog, class T, int VEC, int PACKS, int G, int ROWS>
+template <bool kLog, bool kMasked, class T, int VEC, int PACKS, int G, int ROWS>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) softmax_forward_registers(const xvk_softmax_forward_args a) {
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   const RowMapping<G, ROWS> map;
@@ -125,12 +137,12 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
     float z[ROWS][PACKS][VEC];
     float max[ROWS];
-    LogitsRow<T> logits[ROWS];
+    LogitsRow<T, kMasked> logits[ROWS];
     Pack<T, VEC> raw[kIssueFirst ? ROWS : 1][PACKS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
-      logits[r] = LogitsRow<T>(a, row, row < a.rows);
+      logits[r] = LogitsRow<T, kMasked>(a, row, row < a.rows);
       // Vectors past the causal limit are not read.
       if constexpr (kIssueFirst)
         issue_row(map, logits[r].x, row < a.rows, int(logits[r].limit < a.cols ? logits[r].limit : a.cols), raw[r]);
@@ -435,6 +447,16 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk
   softmax_backward_streamed<T, VEC, kStaged>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
+// The forward register kernel for a call: without the mask paths when the
+// call has none (the vector path only: the scalar path keeps one kernel per
+// shape, to bound the instantiations).
+template <bool kLog, class T, int VEC, int P, int G, int R>
+auto forward_registers_kernel(const xvk_softmax_forward_args &a) {
+  if constexpr (VEC > 1)
+    if (!has_mask(a)) return softmax_forward_registers<kLog, false, T, VEC, P, G, R>;
+  return softmax_forward_registers<kLog, true, T, VEC, P, G, R>;
+}
+
 // Instantiates the kernel that Config c names, for forward (softmax or
 // log-softmax, kLog) or backward (which tells them apart at run time).
 template <bool kForward, bool kLog, class T, int VEC, class Args>
@@ -445,7 +467,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
         constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
         if constexpr (kForward)
-          status = launch_rows(ctx, c, softmax_forward_registers<kLog, T, VEC, P, G, R>, "softmax_forward_registers",
+          status = launch_rows(ctx, c, forward_registers_kernel<kLog, T, VEC, P, G, R>(a), "softmax_forward_registers",
                                a.rows, int64_t(c.threads / G) * R, a);
         else
           status = launch_rows(ctx, c, softmax_backward_registers<T, VEC, P, G, R>, "softmax_backward_registers", a.rows, int64_t(c.threads / G) * R, a);
@@ -455,7 +477,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       with_block_packs(c.packs, [&](auto packs) {
         constexpr int P = decltype(packs)::value;
         if constexpr (kForward)
-          status = launch_rows(ctx, c, softmax_forward_registers<kLog, T, VEC, P, 0, 1>, "softmax_forward_registers",
+          status = launch_rows(ctx, c, forward_registers_kernel<kLog, T, VEC, P, 0, 1>(a), "softmax_forward_registers",
                                a.rows, 1, a);
         else
           status = launch_rows(ctx, c, softmax_backward_registers<T, VEC, P, 0, 1>, "softmax_backward_registers", a.rows, 1, a);
