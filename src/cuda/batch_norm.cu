@@ -218,11 +218,15 @@ struct ColumnCoefs {
       const int ch = active ? column_channel(sh, col0) : 0;
       const int64_t room = (ch + 1) * sh.inner - col0;  // elements left in channel ch
       split = room < VEC ? int(room) : VEC;
-      // The second set from the table again when it is the first (not a
-      // copy of k[0]): a choice between a table entry and k[0] made hipcc
-      // load through a pointer to either, k[0] in scratch (flat_load_dwordx4).
       k[0] = active ? coef[ch] : Coef{};
-      k[1] = active ? coef[split < VEC ? ch + 1 : ch] : Coef{};
+      if constexpr (std::is_pointer_v<Table>) {
+        // From the table in both cases: `c ? coef[ch + 1] : k[0]` picks
+        // between two lvalues here, and hipcc loaded through a pointer to
+        // either, k[0] in scratch (flat_load_dwordx4).
+        k[1] = active ? coef[split < VEC ? ch + 1 : ch] : Coef{};
+      } else {
+        k[1] = active && split < VEC ? coef[ch + 1] : k[0];
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < SETS; ++j) k[j] = active ? coef[column_channel(sh, col0 + j)] : Coef{};
