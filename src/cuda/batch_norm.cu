@@ -219,7 +219,14 @@ struct ColumnCoefs {
       const int64_t room = (ch + 1) * sh.inner - col0;  // elements left in channel ch
       split = room < VEC ? int(room) : VEC;
       k[0] = active ? coef[ch] : Coef{};
-      k[1] = active && split < VEC ? coef[ch + 1] : k[0];
+      if constexpr (std::is_pointer_v<Table>) {
+        // From the table in both cases: `c ? coef[ch + 1] : k[0]` picks
+        // between two lvalues here, and hipcc loaded through a pointer to
+        // either, k[0] in scratch (flat_load_dwordx4).
+        k[1] = active ? coef[split < VEC ? ch + 1 : ch] : Coef{};
+      } else {
+        k[1] = active && split < VEC ? coef[ch + 1] : k[0];
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < SETS; ++j) k[j] = active ? coef[column_channel(sh, col0 + j)] : Coef{};
@@ -990,8 +997,7 @@ __device__ void grid_barrier(unsigned *counter) {
   if (threadIdx.x == 0) {
     const unsigned blocks = gridDim.x;
     atomicAdd(counter, 1u);
-    const volatile unsigned *arrived = counter;
-    while (*arrived < blocks) {
+    while (load_volatile_global(counter) < blocks) {
     }
     __threadfence();
     if (atomicAdd(counter + 1, 1u) == blocks - 1) {
@@ -1082,7 +1088,6 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   }
   grid_barrier(counter);
   // Each owned plane's channel: its N plane states, merged by one warp.
-  const volatile float *ps = plane_stats;
   for (int pl = warp; pl < own; pl += warps) {
     const int64_t p = p0 + pl, n = p / sh.c, ch = p - n * sh.c;
     float a[K];
@@ -1090,7 +1095,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     for (int64_t m = lane; m < sh.n; m += kWarpSize) {
       float b[K];
 #pragma unroll
-      for (int k = 0; k < K; ++k) b[k] = ps[(m * sh.c + ch) * K + k];
+      for (int k = 0; k < K; ++k) b[k] = load_volatile_global(plane_stats + (m * sh.c + ch) * K + k);
       Welford::merge(a, b);
     }
     warp_merge<Welford>(a, kWarpSize);

@@ -235,6 +235,20 @@ template <class T>
 __device__ __forceinline__ T load_global(const T *p) { return *p; }
 #endif
 
+// A volatile load from global memory, for values other blocks store while
+// this one waits (a grid barrier's counter, the partials read after it). On
+// HIP through the global address space, as load_global: through a volatile
+// generic pointer ROCm 5.2 made flat_load_dword ... glc (batch_norm.cu's
+// single pass). On NVIDIA, nvcc infers the space: ld.volatile.global.
+template <class T>
+__device__ __forceinline__ T load_volatile_global(const T *p) {
+#if XVK_GPU_HIP
+  return *(const volatile __attribute__((address_space(1))) T *)(p);
+#else
+  return *static_cast<const volatile T *>(p);
+#endif
+}
+
 __device__ __forceinline__ int lane_id() { return int(threadIdx.x) & (kWarpSize - 1); }
 __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / kWarpSize; }
 

@@ -2,7 +2,8 @@
 # Usage: disassemble.sh [--check] OBJ_DIR OUT_DIR
 #
 # Reads the AMD code objects out of the hipcc objects in OBJ_DIR (softmax.o,
-# norms.o; build/hip/src/hip/hip with the hip preset), disassembles them and
+# norms.o, batch_norm.o; build/hip/src/hip/hip with the hip preset),
+# disassembles them and
 # writes to OUT_DIR:
 #   <obj>.<target>.co     the code object of each target (an AMDGPU ELF)
 #   <obj>.<target>.s      its whole disassembly, names demangled
@@ -14,6 +15,7 @@
 #   - a kernel's wavefront size is not 64 on gfx9* targets or 32 on gfx10*,
 #   - a chosen reduction kernel has no cross-lane instruction,
 #   - a chosen kernel has no 16-byte global load,
+#   - a chosen streaming kernel uses scratch memory,
 #   - any kernel reads memory through flat_load_* (see load_global in
 #     src/cuda/portability.cuh).
 # Tools (override through the environment): OBJCOPY (objcopy),
@@ -39,7 +41,7 @@ problem() { echo "CHECK FAILED: $*" >&2; status=1; }
 # 1. Code objects and disassembly. hipcc puts a clang offload bundle (host
 # entry plus one code object per --offload-arch) into the .hip_fatbin section.
 targets=""
-for name in softmax norms; do
+for name in softmax norms batch_norm; do
   o=$obj_dir/$name.o
   [ -f "$o" ] || { echo "missing $o: build the hip preset first" >&2; exit 1; }
   "$OBJCOPY" -O binary --only-section=.hip_fatbin "$o" "$out/$name.bundle"
@@ -80,7 +82,7 @@ kernel_table() {
   echo "spilling: kernels with VGPRs spilled (into AGPRs on gfx908/gfx90a/gfx940 when scratch is 0, else to"
   echo "scratch memory); on gfx90a/gfx940 the VGPR count is of the unified file, AGPRs included."
   for target in $(printf '%s\n' $targets | sort); do
-    for name in softmax norms; do
+    for name in softmax norms batch_norm; do
       [ -f "$out/$name.$target.notes" ] || continue
       kernel_table "$out/$name.$target.notes" > "$out/$name.$target.kernels"
       awk -F'|' -v t="$target" -v f="$name" '
@@ -98,7 +100,7 @@ kernel_table() {
         fi
       fi
     done
-    for name in softmax norms; do
+    for name in softmax norms batch_norm; do
       [ -f "$out/$name.$target.kernels" ] || continue
       awk -F'|' -v t="$target" '$6 > 0 || $7 > 0 { printf "  %s spills %s, scratch %s bytes: %s\n", t, $6, $7, $1 }' "$out/$name.$target.kernels"
     done
@@ -131,7 +133,8 @@ tally() {
 # excerpt FILE TARGET NAME-PREFIX TITLE KIND [ANCHOR]: one kernel's summary and
 # code. KIND reduce: the lane-index setup of the shuffles and the first
 # reduction chain (after the first instruction matching ANCHOR, if given);
-# KIND lds: the partial sums' way through LDS.
+# KIND lds: the partial sums' way through LDS; KIND stream: its first 16-byte
+# loads and stores (an elementwise pass).
 excerpt() {
   file=$1 target=$2 prefix=$3 title=$4 kind=$5 anchor=${6:-}
   s=$out/$file.$target.s
@@ -172,6 +175,8 @@ excerpt() {
     printf '%s\n' "$insns" | awk -v lo="$lo" -v hi="$hi" 'NR >= lo && NR <= hi && /^v_mbcnt_(lo|hi)_u32_b32|^v_xor_b32_e32 v[0-9]+, (1|2|4|8|16|32), v/ && shown < 8 { printf "%5d  %s\n", NR, $0; shown++ }'
     echo "  ..."
     printf '%s\n' "$insns" | awk -v at="$at" 'NR >= at && /^ds_bpermute_b32/ && !from { from = NR } from && NR < from + 24 { printf "%5d  %s\n", NR, $0 }'
+  elif [ "$kind" = stream ]; then
+    printf '%s\n' "$insns" | awk '/^(global|buffer)_(load|store)_dwordx4/ && shown < 8 { printf "%5d  %s\n", NR, $0; shown++ }'
   else
     # Partials through LDS: the first loads, stores to LDS, the barrier, reads.
     printf '%s\n' "$insns" | awk '/^(global_load|ds_write|ds_read|s_barrier)/ && shown < 14 { printf "%5d  %s\n", NR, $0; shown++ }'
@@ -185,6 +190,10 @@ excerpt() {
     printf '%s\n' "$insns" | grep -qE '^(global|buffer)_load_dwordx4' || problem "$title ($target): no 16-byte load"
   fi
   if [ $check = 1 ] && [ "$kind" = lds ] && [ "$lds" -eq 0 ]; then problem "$title ($target): no LDS traffic"; fi
+  if [ $check = 1 ] && [ "$kind" = stream ]; then
+    printf '%s\n' "$insns" | grep -qE '^(global|buffer)_load_dwordx4' || problem "$title ($target): no 16-byte load"
+    printf '%s\n' "$meta" | awk -F'|' '$7 == 0 { ok = 1 } END { exit !ok }' || problem "$title ($target): uses scratch"
+  fi
 }
 
 {
@@ -203,6 +212,10 @@ excerpt() {
     '^v_xor_b32_e32 v[0-9]+, 32, v' 
   excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_finalize<4>(' \
     "Norm backward finalize (dgamma/dbeta from the partials, 4 columns per thread)" lds
+  excerpt batch_norm gfx90a 'void xvk::gpu::(anonymous namespace)::reduce_channels_first<xvk::gpu::(anonymous namespace)::StatsSource<__half, 8>, 8, false>(' \
+    "BatchNorm statistics, channels-first (float16; Welford states merged across the wavefront, then the block)" reduce
+  excerpt batch_norm gfx90a 'void xvk::gpu::(anonymous namespace)::backward_apply_rows<__half, 8, 2>(' \
+    "BatchNorm backward, rows pass (float16; vectors that straddle two channels, two coefficient sets)" stream
   excerpt softmax gfx1030 'void xvk::gpu::(anonymous namespace)::softmax_forward_registers<false, false, float, 4, 1, 32, 1>(' \
     "Group registers on wave32 (the first kernel again)" reduce
   excerpt norms gfx1030 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2>(' \
