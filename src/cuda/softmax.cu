@@ -40,11 +40,11 @@ __device__ __forceinline__ int64_t causal_limit(const xvk_softmax_forward_args &
   return limit < 0 ? 0 : limit;
 }
 
-// Whether a call has an additive or a causal mask. The register kernels of
-// the vector path are compiled without the mask paths too (kMasked false):
-// the mask pointer and causal limit of each row held 8-24 registers there
-// (ptxas sm_90, fp32: 34-58 -> 24-32), which capped the narrow rows'
-// occupancy.
+// Whether a call has an additive or a causal mask. Most register kernels of
+// the vector path are compiled without the mask paths too (kMasked false,
+// kHasLeanForward): the mask pointer and causal limit of each row held 8-24
+// registers there (ptxas sm_90, fp32 groups: 34-58 -> 24-32), which capped
+// the narrow rows' occupancy.
 inline bool has_mask(const xvk_softmax_forward_args &a) { return a.mask || a.causal != XVK_CAUSAL_NONE; }
 
 // The logits of one row as the softmax sees them; kMasked false: a call
@@ -447,12 +447,21 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk
   softmax_backward_streamed<T, VEC, kStaged>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
+// Whether a register kernel shape also has a build without the mask paths:
+// the vector path only (the scalar path keeps one kernel per shape, to bound
+// the instantiations), and not the float32 block kernels. Those ran slower
+// without the mask paths on the H200 in a same-run A/B (log-softmax
+// 8192 x 8192, 4 packs: 135 -> 189 us; fp32 block shapes 0-40% slower) for
+// a reason not yet found in their code; 16-bit rows gained 5-15% and the
+// fp32 groups 0-8%.
+template <class T, int VEC, int G>
+constexpr bool kHasLeanForward = VEC > 1 && (G > 0 || sizeof(T) < 4);
+
 // The forward register kernel for a call: without the mask paths when the
-// call has none (the vector path only: the scalar path keeps one kernel per
-// shape, to bound the instantiations).
+// call has none and the shape has that build.
 template <bool kLog, class T, int VEC, int P, int G, int R>
 auto forward_registers_kernel(const xvk_softmax_forward_args &a) {
-  if constexpr (VEC > 1)
+  if constexpr (kHasLeanForward<T, VEC, G>)
     if (!has_mask(a)) return softmax_forward_registers<kLog, false, T, VEC, P, G, R>;
   return softmax_forward_registers<kLog, true, T, VEC, P, G, R>;
 }
