@@ -411,14 +411,16 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
   const bool active = col0 < sh.row_len;
   const ColumnCoefs<VEC, SETS> k(sh, coef, col0, active);
   const int64_t rows = sh.rows, step = int64_t(gridDim.y) * rows_step;
-  for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += step) {
+  // Rows from the last (reduce_columns read those last: L2 may still hold them).
+  for (int64_t i = int64_t(blockIdx.y) * rows_step + ty; i < rows; i += step) {
+    const int64_t r = rows - 1 - i;
     const int64_t e = r * sh.row_len + col0;
     uint32_t bits = 0;
     // The next row's x into L2 (no register): the loads in flight that
     // registers could not buy. H200: NHWC 16-bit inference 1.32 -> 1.21x the
     // copy time, bn+relu forward 1.49 -> 1.42x; prefetching z as well made
     // Add+ReLU 1% slower, and the backward (more registers) lost.
-    if (active && r + step < rows) prefetch_l2(x + e + step * sh.row_len);
+    if (active && r >= step) prefetch_l2(x + e - step * sh.row_len);
     if (active) {
       const Pack<T, VEC> xs = load_pack<T, VEC>(x, e);
       Pack<T, VEC> zs;
@@ -451,7 +453,9 @@ __global__ void __launch_bounds__(kThreads, (kBackwardRowsMinBlocks<VEC, SETS>))
   if (col0 >= sh.row_len) return;
   const ColumnCoefs<VEC, SETS> k(sh, coef, col0, true);
   const int64_t rows = sh.rows;
-  for (int64_t r = int64_t(blockIdx.y) * rows_step + ty; r < rows; r += int64_t(gridDim.y) * rows_step) {
+  // Rows from the last, as forward_apply_rows.
+  for (int64_t i = int64_t(blockIdx.y) * rows_step + ty; i < rows; i += int64_t(gridDim.y) * rows_step) {
+    const int64_t r = rows - 1 - i;
     const int64_t e = r * sh.row_len + col0;
     const Pack<T, VEC> dys = load_pack<T, VEC>(dy, e), xs = load_pack<T, VEC>(x, e);
     const uint32_t bits = do_relu ? gate_bits<T, VEC>(y, mask, e, sh.numel) : kGateOpen;
@@ -886,7 +890,7 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
 
 // Column reduction: the tensor as rows (Shape), a state per column. Block
 // (column tile, part): tx lanes across VEC-wide column vectors, ty down the
-// part's rows, kRowBatch rows at a time; states merged over ty in shared
+// part's chunks of rows, kRowBatch rows at a time; states merged over ty in shared
 // memory, one per column to partials[part][column][K]. Channels-last, a
 // column is a channel. Channels-first (rows of c * s), a column is one place
 // of a channel's planes, and finalize merges the channel's s columns: for
@@ -895,16 +899,19 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
 // vector of the row here, the copy kernel's access pattern.
 template <class Src, int VEC>
 __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
-    reduce_columns(Shape sh, Src src, int tile, FastDivider div_parts, float *partials) {
+    reduce_columns(Shape sh, Src src, int tile, float *partials) {
   using Op = Src;
   constexpr int U = Src::kRowBatch;
   __shared__ float tree[VEC][Op::K][kThreads];  // thread innermost: no bank conflicts
-  const int part = int(blockIdx.y);
+  const int part = int(blockIdx.y), parts = int(gridDim.y);
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   const int64_t rows = sh.rows;
-  const int64_t r_begin = int64_t(div_parts.div(uint64_t(rows * part), false));
-  const int64_t r_end = int64_t(div_parts.div(uint64_t(rows * (part + 1)), false));
+  // The parts take chunks of U * rows_step rows in turn (chunk part, part +
+  // parts, ...), so the pass reads the tensor from its first row to its last
+  // as time goes on: L2 then holds its last rows, where the rows kernels of
+  // pass 2 start (they walk the rows backwards).
+  const int64_t chunk = int64_t(U) * rows_step;
   float a[VEC][Op::K];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) Op::identity(a[j]);
@@ -913,7 +920,7 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
 #pragma unroll
     for (int j = 0; j < VEC; ++j) context[j] = src.context(column_channel(sh, col0 + j));  // row_len % VEC == 0
     int batches = 0;
-    for (int64_t r0 = r_begin + ty; r0 < r_end; r0 += int64_t(U) * rows_step) {
+    for (int64_t r0 = part * chunk + ty; r0 < rows; r0 += parts * chunk) {
       if (++batches % kSettleBatches == 0)
 #pragma unroll
         for (int j = 0; j < VEC; ++j) Op::settle(a[j]);
@@ -922,12 +929,12 @@ __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t r = r0 + int64_t(u) * rows_step;
-        if (r < r_end) {
+        if (r < rows) {
           it[u] = src.load(r * sh.row_len + col0);
           valid = u + 1;
         }
       }
-      if (valid == U)  // every batch but a part's last
+      if (valid == U)  // every batch but the tensor's last
         src.template add_rows<true>(a, it, valid, context);
       else
         src.template add_rows<false>(a, it, valid, context);
@@ -1251,8 +1258,7 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
                                                           65535})));
       status = workspace_for(ctx, sh.c, int64_t(parts) * sh.row_len * Src::K, w);
       if (status != XVK_SUCCESS) return;
-      kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile,
-                                                                                  FastDivider(uint64_t(parts)), w.partials);
+      kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile, w.partials);
       status = check_launch("batch_norm reduce (columns)");
       per = int(sh.inner);
     }
