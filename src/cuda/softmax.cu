@@ -450,10 +450,11 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk
 // Whether a register kernel shape also has a build without the mask paths:
 // the vector path only (the scalar path keeps one kernel per shape, to bound
 // the instantiations), and not the float32 block kernels. Those ran slower
-// without the mask paths on the H200 in a same-run A/B (log-softmax
-// 8192 x 8192, 4 packs: 135 -> 189 us; fp32 block shapes 0-40% slower) for
-// a reason not yet found in their code; 16-bit rows gained 5-15% and the
-// fp32 groups 0-8%.
+// without the mask paths on the H200 in a same-run A/B (with 4 packs 2-40%:
+// log-softmax 8192 x 8192 135 -> 189 us; with 2 packs 0-2.4%), though ptxas
+// gave them fewer registers, for a reason not yet found (SASS not read);
+// 16-bit forwards ran 4-7% faster in geometric mean (up to 15%), the fp32
+// groups between 1% slower and 8% faster.
 template <class T, int VEC, int G>
 constexpr bool kHasLeanForward = VEC > 1 && (G > 0 || sizeof(T) < 4);
 
