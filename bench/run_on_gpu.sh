@@ -24,6 +24,8 @@
 #   rowprofile ncu (--set full) on one launch of each softmax/norm case in ROW_PROFILE_CASES (OP:DTYPE:ROWSxCOLS,
 #              space-separated), reports in $OUT/ncu-*.txt, a few headline metrics printed
 #   python     the Python binding's tests with the machine's python3 (PyTorch CUDA tensors included)
+#   sass       cuobjdump -sass of the kernels of src/cuda/$SASS_OBJECT.cu (default softmax) whose demangled
+#              names match the awk regex SASS_KERNELS (default: all), to $OUT/sass-OBJECT.txt (no GPU needed)
 #   fingerprint  prints a hash of src/ and include/ (also written to gpu.txt by build), no GPU needed
 # Packages the machine lacks (dlpack and doctest headers and CMake files) can
 # be carried in .devdeps (include/, lib/cmake/), used as a CMake prefix.
@@ -155,6 +157,12 @@ for stage in "$@"; do
       log python
       LD_LIBRARY_PATH=$PWD/$BUILD/lib XVK_BACKEND_PATH=$PWD/$BUILD/lib PYTHONPATH=$PWD/bindings/python \
         PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -v -p no:cacheprovider bindings/python/tests 2>&1 | tee "$OUT/python.log" | tail -25 ;;
+    sass)
+      log sass
+      obj=${SASS_OBJECT:-softmax}
+      cuobjdump -sass "$BUILD/src/cuda/CMakeFiles/xvk_cuda_kernels.dir/$obj.cu.o" | c++filt |
+        awk -v re="${SASS_KERNELS:-.}" '/Function : /{keep = ($0 ~ re)} keep' >"$OUT/sass-$obj.txt"
+      echo "$(grep -c 'Function : ' "$OUT/sass-$obj.txt") kernels to $OUT/sass-$obj.txt" ;;
     fingerprint)
       # No GPU needed: run it on a checkout to compare with the "sources:" line of a run's gpu.txt.
       echo "sources: $(source_fingerprint)" ;;
