@@ -40,7 +40,7 @@ __device__ __forceinline__ int64_t causal_limit(const xvk_softmax_forward_args &
   return limit < 0 ? 0 : limit;
 }
 
-// Whether a call has an additive or a causal mask. Most register kernels of
+// Whether a call has an additive or a causal mask. The register kernels of
 // the vector path are compiled without the mask paths too (kMasked false,
 // kHasLeanForward): the mask pointer and causal limit of each row held 8-24
 // registers there (ptxas sm_90, fp32 groups: 34-58 -> 24-32), which capped
@@ -78,10 +78,21 @@ struct LogitsRow {
     apply(a, col, load_global(reinterpret_cast<const Pack<T, VEC> *>(x + col)), z);
   }
   // The same from x's values already loaded (xv). Only the vector that the
-  // causal limit cuts is tested element by element.
+  // causal limit cuts is tested element by element. Without masks (the
+  // vector path: cols % VEC == 0, so the limit, cols, never cuts a vector)
+  // no branch: a branch here let ptxas move each of a lane's x loads into
+  // it, after the one before had been used (sm_90), so they waited for one
+  // another.
   template <int VEC>
   __device__ __forceinline__ void apply(const xvk_softmax_forward_args &a, int64_t col, const Pack<T, VEC> &xv,
                                         float (&z)[VEC]) const {
+    if constexpr (!kMasked) {
+      unpack(xv, z);
+      const bool in = col < limit;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) z[i] = in ? z[i] * a.scale : kNegInf;
+      return;
+    }
     if (col >= limit) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) z[i] = kNegInf;
@@ -153,7 +164,9 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
-        if (col < a.cols) {
+        if (kIssueFirst && !kMasked) {
+          logits[r].apply(a, col, raw[r][p], z[r][p]);  // -inf past the row's end, without a branch
+        } else if (col < a.cols) {
           if constexpr (kIssueFirst)
             logits[r].apply(a, col, raw[r][p], z[r][p]);
           else
@@ -449,14 +462,13 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk
 
 // Whether a register kernel shape also has a build without the mask paths:
 // the vector path only (the scalar path keeps one kernel per shape, to bound
-// the instantiations), and not the float32 block kernels. Those ran slower
-// without the mask paths on the H200 in a same-run A/B (with 4 packs 2-40%:
-// log-softmax 8192 x 8192 135 -> 189 us; with 2 packs 0-2.4%), though ptxas
-// gave them fewer registers, for a reason not yet found (SASS not read);
-// 16-bit forwards ran 4-7% faster in geometric mean (up to 15%), the fp32
-// groups between 1% slower and 8% faster.
+// the instantiations). The float32 block kernels ran up to 40% slower that
+// way on the H200 until LogitsRow::apply lost its branches without masks:
+// ptxas had moved each of a lane's x loads into the branch that used it, so
+// the loads waited for one another (sm_90 SASS: 2 or 4 loads with branches
+// between them, against back to back in the masked build).
 template <class T, int VEC, int G>
-constexpr bool kHasLeanForward = VEC > 1 && (G > 0 || sizeof(T) < 4);
+constexpr bool kHasLeanForward = VEC > 1;
 
 // The forward register kernel for a call: without the mask paths when the
 // call has none and the shape has that build.
