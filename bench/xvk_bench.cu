@@ -115,14 +115,7 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, 
   const Flavour flavour = op.rfind("log_", 0) == 0 || op.rfind("rms_", 0) == 0 ? Flavour::kSecond : Flavour::kPlain;
   const Config c = choose_config(tuning_table_for(arch), kind, flavour, t.id, rows, cols, vec,
                                  DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin)});
-  char s[64];
-  if (c.variant == Variant::kGroup)
-    std::snprintf(s, sizeof s, "group%d.p%d.r%d.t%d", c.group, c.packs, c.rows, c.threads);
-  else
-    std::snprintf(s, sizeof s, "%s.p%d.t%d", variant_name(c.variant), c.packs, c.threads);
-  if (c.blocks_per_sm == kGridCoversRows) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), ".all");
-  else if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), ".b%d", c.blocks_per_sm);
-  return s;
+  return config_name(c);
 }
 
 Result run_case(xvk_context *ctx, const Case &c) {

@@ -53,17 +53,6 @@ const char *kOpNames[][2] = {{"softmax forward", "log-softmax forward"},
                              {"LayerNorm backward", "RMSNorm backward"}};
 const char *kDtypeNames[] = {"float32", "float16", "bfloat16"};
 
-std::string describe(const Config &c) {
-  char s[96];
-  if (c.variant == Variant::kGroup)
-    std::snprintf(s, sizeof s, "group G=%d packs=%d rows=%d threads=%d", c.group, c.packs, c.rows, c.threads);
-  else
-    std::snprintf(s, sizeof s, "%s packs=%d threads=%d", variant_name(c.variant), c.packs, c.threads);
-  if (c.blocks_per_sm == kGridCoversRows) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), " grid covers rows");
-  else if (c.blocks_per_sm) std::snprintf(s + std::strlen(s), sizeof s - std::strlen(s), " blocks/SM<=%d", c.blocks_per_sm);
-  return s;
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -153,7 +142,7 @@ int main(int argc, char **argv) {
           if (op == int(OpKind::kNormBackward)) diff = std::max(diff, relative_diff(dgamma.p, dgamma_ref.p, dtype, size_t(cols)));
           if (!(diff <= tol)) {
             std::printf("REJECTED %s %s cols %lld %s: differs from the default by %g\n", kOpNames[op][flavour], kDtypeNames[dtype],
-                        (long long)cols, describe(c).c_str(), diff);
+                        (long long)cols, config_name(c).c_str(), diff);
             ++rejected;
             continue;
           }
@@ -164,7 +153,7 @@ int main(int argc, char **argv) {
           if (us < best_us) best_us = us, best = c;
         }
         std::printf("%-20s %-8s rows %6lld cols %6lld: best %-40s %9.2f us (default rule %9.2f us)\n", kOpNames[op][flavour],
-                    kDtypeNames[dtype], (long long)rows, (long long)cols, describe(best).c_str(), best_us, base_us);
+                    kDtypeNames[dtype], (long long)rows, (long long)cols, config_name(best).c_str(), best_us, base_us);
         std::fflush(stdout);
         char line[256];
         std::snprintf(line, sizeof line, "    {%d, %d, %d, %s, %lld, %d, %d, %d, %d, %d, %d},  // %s %s %lld x %lld: %.2f us (default rule %.2f)\n",

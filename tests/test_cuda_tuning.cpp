@@ -105,3 +105,16 @@ TEST_CASE("the grid covering the rows is a candidate for every operator but the 
     CHECK_FALSE(complete_config(c, OpKind(op), 1, 4096, kSm90));
   }
 }
+
+TEST_CASE("config_name spells a configuration as the benchmark tables and the tuner print it") {
+  Config c;
+  c.variant = Variant::kGroup, c.group = 8, c.packs = 1, c.rows = 2, c.threads = 128, c.blocks_per_sm = kGridCoversRows;
+  CHECK(config_name(c) == "group8.p1.r2.t128.all");
+  c.blocks_per_sm = 0;
+  CHECK(config_name(c) == "group8.p1.r2.t128");
+  c = Config{};
+  c.variant = Variant::kBlock, c.packs = 4, c.threads = 256, c.blocks_per_sm = 2;
+  CHECK(config_name(c) == "block.p4.t256.b2");
+  c.variant = Variant::kRereadSums, c.packs = 2, c.threads = 1024, c.blocks_per_sm = 0;
+  CHECK(config_name(c) == "rereadsums.p2.t1024");
+}

@@ -87,12 +87,7 @@ struct Twin {
   void *h() { return host.data(); }
 };
 
-std::string describe(const gpu::Config &c) {
-  char s[96];
-  std::snprintf(s, sizeof s, "%s G=%d packs=%d rows=%d threads=%d vec=%d blocks/SM<=%d", gpu::variant_name(c.variant),
-                c.group, c.packs, c.rows, c.threads, c.vec, c.blocks_per_sm);
-  return s;
-}
+std::string describe(const gpu::Config &c) { return gpu::config_name(c) + " vec=" + std::to_string(c.vec); }
 
 // Each configuration for the call, as the tuner would run it and capped at
 // one resident block per SM (blocks then loop over rows). The quick run

@@ -141,6 +141,19 @@ const char *variant_name(Variant v) {
   return "?";
 }
 
+std::string config_name(const Config &c) {
+  std::string s = variant_name(c.variant);
+  if (c.variant == Variant::kGroup) s += std::to_string(c.group);
+  s += ".p" + std::to_string(c.packs);
+  if (c.variant == Variant::kGroup) s += ".r" + std::to_string(c.rows);
+  s += ".t" + std::to_string(c.threads);
+  if (c.blocks_per_sm == kGridCoversRows)
+    s += ".all";
+  else if (c.blocks_per_sm > 0)
+    s += ".b" + std::to_string(c.blocks_per_sm);
+  return s;
+}
+
 std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int vec, const DeviceLimits &limits) {
   std::vector<Config> out;
   for (int g = 1; g <= 32; g *= 2)

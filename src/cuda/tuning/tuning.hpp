@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace xvk::gpu {
@@ -189,6 +190,12 @@ Config default_config(OpKind op, int dtype, int64_t cols, int vec, const DeviceL
 
 // The variant's name in benchmark tables and tool output ("group", "shared", ...).
 const char *variant_name(Variant v);
+
+// A configuration as benchmark tables, the tuner and the variant suite name
+// it: the variant, then G for groups, p packs, r rows per group, t threads,
+// and the grid, ".all" (kGridCoversRows) or ".bN" (at most N blocks per SM):
+// "group8.p1.r2.t128.all", "block.p4.t256.b2", "shared.p1.t512".
+std::string config_name(const Config &c);
 
 // Every configuration the tuner times for a call (those complete_config
 // accepts), which the variant suite also runs one by one.
