@@ -467,14 +467,14 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk
 // ptxas had moved each of a lane's x loads into the branch that used it, so
 // the loads waited for one another (sm_90 SASS: 2 or 4 loads with branches
 // between them, against back to back in the masked build).
-template <class T, int VEC, int G>
+template <int VEC>
 constexpr bool kHasLeanForward = VEC > 1;
 
 // The forward register kernel for a call: without the mask paths when the
 // call has none and the shape has that build.
 template <bool kLog, class T, int VEC, int P, int G, int R>
 auto forward_registers_kernel(const xvk_softmax_forward_args &a) {
-  if constexpr (kHasLeanForward<T, VEC, G>)
+  if constexpr (kHasLeanForward<VEC>)
     if (!has_mask(a)) return softmax_forward_registers<kLog, false, T, VEC, P, G, R>;
   return softmax_forward_registers<kLog, true, T, VEC, P, G, R>;
 }
