@@ -112,7 +112,7 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, 
                           ? (op.find("bwd") != std::string::npos ? OpKind::kSoftmaxBackward : OpKind::kSoftmaxForward)
                           : (op.find("bwd") != std::string::npos ? OpKind::kNormBackward : OpKind::kNormForward);
   const int vec = cols % int64_t(16 / t.size) == 0 ? int(16 / t.size) : 1;
-  const Flavour flavour = op.rfind("log_", 0) == 0 || op.rfind("rms_", 0) == 0 ? Flavour::kSecond : Flavour::kPlain;
+  const Flavour flavour = flavour_of(op.rfind("log_", 0) == 0 || op.rfind("rms_", 0) == 0);
   const Config c = choose_config(tuning_table_for(arch), kind, flavour, t.id, rows, cols, vec,
                                  DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin)});
   return config_name(c);

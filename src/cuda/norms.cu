@@ -1062,7 +1062,7 @@ int norm_forward_vec(const xvk_norm_forward_args &a) {
 
 xvk_status_t norm_forward(Context &ctx, const xvk_norm_forward_args &a, const Config *forced) {
   const int vec = norm_forward_vec(a);
-  const Config c = config_for(ctx, forced, OpKind::kNormForward, a.rms ? Flavour::kSecond : Flavour::kPlain, a, vec);
+  const Config c = config_for(ctx, forced, OpKind::kNormForward, flavour_of(a.rms), a, vec);
   return launch_typed(a.dtype, c.vec,
                       [&](auto tag, auto v) { return forward<decltype(tag), decltype(v)::value>(ctx, c, a); });
 }
@@ -1072,7 +1072,7 @@ xvk_status_t norm_backward(Context &ctx, const xvk_norm_backward_args &a, const 
   const bool ok = a.cols % v == 0 && rows_aligned(a.x, kVectorBytes, es) && rows_aligned(a.dy, kVectorBytes, es) &&
                   rows_aligned(a.dx, kVectorBytes, es) && params_aligned(a.gamma);
   const int vec = ok ? int(v) : 1;
-  const Config c = config_for(ctx, forced, OpKind::kNormBackward, a.rms ? Flavour::kSecond : Flavour::kPlain, a, vec);
+  const Config c = config_for(ctx, forced, OpKind::kNormBackward, flavour_of(a.rms), a, vec);
   return launch_typed(a.dtype, c.vec,
                       [&](auto tag, auto vv) { return backward<decltype(tag), decltype(vv)::value>(ctx, c, a); });
 }

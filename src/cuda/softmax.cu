@@ -532,7 +532,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
 
 template <bool kForward, class Args>
 xvk_status_t run(Context &ctx, const Args &a, int vec, OpKind op, const Config *forced) {
-  const Config c = config_for(ctx, forced, op, a.log ? Flavour::kSecond : Flavour::kPlain, a, vec);
+  const Config c = config_for(ctx, forced, op, flavour_of(a.log), a, vec);
   return launch_typed(a.dtype, c.vec, [&](auto tag, auto v) {
     using T = decltype(tag);
     constexpr int VEC = decltype(v)::value;

@@ -138,6 +138,8 @@ enum class Flavour : int {
   kPlain = 0,   // softmax, LayerNorm
   kSecond = 1,  // log-softmax, RMSNorm
 };
+// The flavour of a call: second for log-softmax (args.log) and RMSNorm (args.rms).
+inline constexpr Flavour flavour_of(bool log_or_rms) { return log_or_rms ? Flavour::kSecond : Flavour::kPlain; }
 
 // One row of a tuning table: for `op` and `flavour` on `dtype`, calls with
 // at most max_rows rows of at most max_cols columns use this variant (the
