@@ -181,17 +181,19 @@ excerpt() {
     # Partials through LDS: the first loads, stores to LDS, the barrier, reads.
     printf '%s\n' "$insns" | awk '/^(global_load|ds_write|ds_read|s_barrier)/ && shown < 14 { printf "%5d  %s\n", NR, $0; shown++ }'
   fi
-  echo "  ..."
-  printf '%s\n' "$insns" | awk '/^(global|buffer)_load_dwordx4/ && shown < 2 { printf "%5d  %s\n", NR, $0; shown++ }'
+  if [ "$kind" != stream ]; then  # a stream excerpt shows its 16-byte accesses already
+    echo "  ..."
+    printf '%s\n' "$insns" | awk '/^(global|buffer)_load_dwordx4/ && shown < 2 { printf "%5d  %s\n", NR, $0; shown++ }'
+  fi
   echo '```'
   echo
-  if [ $check = 1 ] && [ "$kind" = reduce ]; then
-    [ -n "$counts" ] || problem "$title ($target): no cross-lane instruction"
+  [ $check = 1 ] || return 0
+  if [ "$kind" != lds ]; then
     printf '%s\n' "$insns" | grep -qE '^(global|buffer)_load_dwordx4' || problem "$title ($target): no 16-byte load"
   fi
-  if [ $check = 1 ] && [ "$kind" = lds ] && [ "$lds" -eq 0 ]; then problem "$title ($target): no LDS traffic"; fi
-  if [ $check = 1 ] && [ "$kind" = stream ]; then
-    printf '%s\n' "$insns" | grep -qE '^(global|buffer)_load_dwordx4' || problem "$title ($target): no 16-byte load"
+  if [ "$kind" = reduce ] && [ -z "$counts" ]; then problem "$title ($target): no cross-lane instruction"; fi
+  if [ "$kind" = lds ] && [ "$lds" -eq 0 ]; then problem "$title ($target): no LDS traffic"; fi
+  if [ "$kind" = stream ]; then
     printf '%s\n' "$meta" | awk -F'|' '$7 == 0 { ok = 1 } END { exit !ok }' || problem "$title ($target): uses scratch"
   fi
 }
