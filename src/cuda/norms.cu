@@ -53,6 +53,51 @@ __device__ __forceinline__ void load_affine(const void *gamma, const void *beta,
   }
 }
 
+// How the register kernels without cached parameters read gamma and beta in
+// a launch. kGeneral decides per vector whether each is present, its
+// dtype and the zero centring: uniform branches whose both arms and defaults
+// took about half of the output loop's instructions (sm_90 SASS, half
+// LayerNorm at 32 elements per lane). The usual forms are compiled without
+// them: kScaleShift, gamma and beta in x's dtype; kScale, gamma only.
+// (Float32 parameters for 16-bit x take the general form.)
+enum class AffineForm { kGeneral, kScaleShift, kScale };
+template <AffineForm F>
+using AffineTag = std::integral_constant<AffineForm, F>;
+
+// The form of a launch's gamma and beta (Args: the forward's or the
+// backward's, which reads no beta).
+template <class T, class Args>
+__device__ __forceinline__ AffineForm affine_form(const Args &a) {
+  const bool params_in_x_dtype = (a.param_dtype == XVK_DTYPE_F32) == std::is_same_v<T, float>;
+  if (!a.gamma || !params_in_x_dtype || a.zero_centered_gamma) return AffineForm::kGeneral;
+  if constexpr (std::is_same_v<Args, xvk_norm_forward_args>)
+    return a.beta ? AffineForm::kScaleShift : AffineForm::kScale;
+  else
+    return AffineForm::kScale;
+}
+
+// out = n * gamma + beta over one lane's vector of columns, read in form F.
+template <class T, int VEC, AffineForm F>
+__device__ __forceinline__ void apply_affine(const xvk_norm_forward_args &a, int64_t col, const float (&n)[VEC],
+                                             float (&out)[VEC]) {
+  float g[VEC], b[VEC];
+  if constexpr (F == AffineForm::kGeneral) {
+    load_affine<T, VEC>(a.gamma, a.beta, a.param_dtype == XVK_DTYPE_F32, a.zero_centered_gamma, col, g, b);
+  } else {
+    load_vec<T, VEC>(static_cast<const T *>(a.gamma) + col, g);
+    if constexpr (F == AffineForm::kScaleShift) {
+      load_vec<T, VEC>(static_cast<const T *>(a.beta) + col, b);
+    } else {
+      // Added, not left out: n * g + 0 gives +0 where n * g is -0, as the
+      // general form and the CPU backend do.
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) b[i] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out[i] = n[i] * g[i] + b[i];
+}
+
 // h += residual r, rounded to T as residual_out holds it, and written to
 // residual_out (at row, col) when asked.
 template <class T, int VEC>
@@ -110,8 +155,9 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   // with more, the second copy made ptxas spill more (sm_90).
   constexpr bool kVersionFull = PACKS * VEC * ROWS <= 16;
   const bool full = int64_t(PACKS) * map.width * VEC == a.cols;
-  auto rows_loop = [&](auto full_tag) {
+  auto rows_loop = [&](auto full_tag, auto form_tag) {
     constexpr bool kFull = decltype(full_tag)::value;
+    constexpr AffineForm kForm = decltype(form_tag)::value;
     for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
       // h holds x (+ residual) - shift; mean and var are those of h.
       float h[ROWS][PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
@@ -188,15 +234,15 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
         for (int p = 0; p < PACKS; ++p) {
           const int col = map.col(p, VEC);
           if (!kFull && col >= a.cols) continue;
-          float gp[VEC], bp[VEC], out[VEC];
+          float n[VEC], out[VEC];
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) n[i] = (h[r][p][i] - mean[r]) * rstd;
           if constexpr (kCache) {
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) gp[i] = g[p][i], bp[i] = b[p][i];
+            for (int i = 0; i < VEC; ++i) out[i] = n[i] * g[p][i] + b[p][i];
           } else {
-            load_affine<T, VEC>(a.gamma, a.beta, f32, a.zero_centered_gamma, col, gp, bp);
+            apply_affine<T, VEC, kForm>(a, col, n, out);
           }
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) out[i] = (h[r][p][i] - mean[r]) * rstd * gp[i] + bp[i];
           store_vec<T, VEC>(y + col, out);
         }
         if (map.lane == 0) {
@@ -206,10 +252,20 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       }
     }
   };
-  if constexpr (kVersionFull) {
-    if (full) return rows_loop(std::true_type{});
+  auto run = [&](auto form_tag) {
+    if constexpr (kVersionFull) {
+      if (full) return rows_loop(std::true_type{}, form_tag);
+    }
+    rows_loop(std::false_type{}, form_tag);
+  };
+  if constexpr (!kCache) {
+    switch (affine_form<T>(a)) {
+      case AffineForm::kScaleShift: return run(AffineTag<AffineForm::kScaleShift>{});
+      case AffineForm::kScale: return run(AffineTag<AffineForm::kScale>{});
+      case AffineForm::kGeneral: break;
+    }
   }
-  rows_loop(std::false_type{});
+  run(AffineTag<AffineForm::kGeneral>{});
 }
 
 // Welford statistics of a set of values: count, mean, sum of squared deviations.
@@ -562,65 +618,80 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
       issue_row(map, x_data + row * a.x.row_stride, valid, a.cols, raw_x[r]);
     }
   };
-  if constexpr (kPrefetch) issue(map.first_warp_row);
-  for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
-    if constexpr (!kPrefetch) issue(base);
-    float xhat[ROWS][PACKS][VEC], dy[ROWS][PACKS][VEC], sums[2 * ROWS], rstd[ROWS];
+  // gamma read as in the forward's kScale form where it is plain (AffineForm),
+  // for 16-bit x: the float32 kernels, holding twice the registers per
+  // element, spilled with the second copy of the loop (ptxas, sm_90).
+  auto rows_loop = [&](auto form_tag) {
+    constexpr AffineForm kForm = decltype(form_tag)::value;
+    if constexpr (kPrefetch) issue(map.first_warp_row);
+    for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
+      if constexpr (!kPrefetch) issue(base);
+      float xhat[ROWS][PACKS][VEC], dy[ROWS][PACKS][VEC], sums[2 * ROWS], rstd[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      unpack_row(raw_x[r], xhat[r]);
-      unpack_row(raw_dy[r], dy[r]);
-      rstd[r] = raw_rstd[r];
+      for (int r = 0; r < ROWS; ++r) {
+        unpack_row(raw_x[r], xhat[r]);
+        unpack_row(raw_dy[r], dy[r]);
+        rstd[r] = raw_rstd[r];
 #pragma unroll
-      for (int p = 0; p < PACKS; ++p)
+        for (int p = 0; p < PACKS; ++p)
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) xhat[r][p][i] = (xhat[r][p][i] - raw_mean[r]) * rstd[r];
-    }
-    if constexpr (kPrefetch) issue(base + map.row_step);
+          for (int i = 0; i < VEC; ++i) xhat[r][p][i] = (xhat[r][p][i] - raw_mean[r]) * rstd[r];
+      }
+      if constexpr (kPrefetch) issue(base + map.row_step);
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      sums[2 * r] = sums[2 * r + 1] = 0.0f;
+      for (int r = 0; r < ROWS; ++r) {
+        sums[2 * r] = sums[2 * r + 1] = 0.0f;
 #pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        float gp[VEC];
-        if constexpr (kCache) {
+        for (int p = 0; p < PACKS; ++p) {
+          float gp[VEC];
+          if constexpr (kCache) {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) gp[i] = g[p][i];
-        } else if (map.col(p, VEC) < a.cols) {
-          load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), gp, unused);
-        } else {
+            for (int i = 0; i < VEC; ++i) gp[i] = g[p][i];
+          } else if (map.col(p, VEC) < a.cols) {
+            if constexpr (kForm == AffineForm::kScale)
+              load_vec<T, VEC>(static_cast<const T *>(a.gamma) + map.col(p, VEC), gp);
+            else
+              load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), gp, unused);
+          } else {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) gp[i] = 0.0f;
+            for (int i = 0; i < VEC; ++i) gp[i] = 0.0f;
+          }
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float dyg = dy[r][p][i] * gp[i];
+            sums[2 * r] += dyg;
+            sums[2 * r + 1] += dyg * xhat[r][p][i];
+            acc_g[p][i] += dy[r][p][i] * xhat[r][p][i];
+            acc_b[p][i] += dy[r][p][i];
+            dy[r][p][i] = dyg;  // from here on dy holds dy * gamma
+          }
         }
+      }
+      RowReducer<G>::all_reduce(sums, SumOp{}, scratch);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float dyg = dy[r][p][i] * gp[i];
-          sums[2 * r] += dyg;
-          sums[2 * r + 1] += dyg * xhat[r][p][i];
-          acc_g[p][i] += dy[r][p][i] * xhat[r][p][i];
-          acc_b[p][i] += dy[r][p][i];
-          dy[r][p][i] = dyg;  // from here on dy holds dy * gamma
+      for (int r = 0; r < ROWS; ++r) {
+        const int64_t row = base + map.offset + r;
+        if (row >= a.rows) continue;
+        const float c1 = a.rms ? 0.0f : sums[2 * r] * inv_cols, c2 = sums[2 * r + 1] * inv_cols;
+        T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p) {
+          const int col = map.col(p, VEC);
+          if (col >= a.cols) continue;
+          float out[VEC];
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) out[i] = rstd[r] * (dy[r][p][i] - c1 - xhat[r][p][i] * c2);
+          store_vec<T, VEC>(dx + col, out);
         }
       }
     }
-    RowReducer<G>::all_reduce(sums, SumOp{}, scratch);
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const int64_t row = base + map.offset + r;
-      if (row >= a.rows) continue;
-      const float c1 = a.rms ? 0.0f : sums[2 * r] * inv_cols, c2 = sums[2 * r + 1] * inv_cols;
-      T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        const int col = map.col(p, VEC);
-        if (col >= a.cols) continue;
-        float out[VEC];
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) out[i] = rstd[r] * (dy[r][p][i] - c1 - xhat[r][p][i] * c2);
-        store_vec<T, VEC>(dx + col, out);
-      }
-    }
-  }
+  };
+  if constexpr (kCache || sizeof(T) == 4)
+    rows_loop(AffineTag<AffineForm::kGeneral>{});
+  else if (affine_form<T>(a) == AffineForm::kScale)
+    rows_loop(AffineTag<AffineForm::kScale>{});
+  else
+    rows_loop(AffineTag<AffineForm::kGeneral>{});
   if (!sums_out.partial) return;
   float *pg = sums_out.partial + int64_t(blockIdx.x) * 2 * a.cols, *pb = pg + a.cols;
   if constexpr (G == 0) {

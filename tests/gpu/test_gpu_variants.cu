@@ -219,7 +219,10 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
         const int64_t cols = sh.cols, rows = rows_for(cols), n = rows * cols;
         const int vec = sh.vec ? sh.vec : int(16 / dtype_size(t));
         // LayerNorm: affine, with a residual (and x + residual written) and an
-        // offset in the data; RMSNorm: zero-centered gamma, no residual.
+        // offset in the data; RMSNorm: no residual. The forward runs once per
+        // form of gamma and beta the kernels compile (norms.cu, AffineForm):
+        // LayerNorm's in x's dtype and in float32; RMSNorm's zero-centered,
+        // then plain in x's dtype and in float32.
         const std::vector<float> xv = g_rng.normal(size_t(n), rms ? 0.0 : 3.0, 1.0, t),
                                  rv = g_rng.normal(size_t(n), 0.0, 1.0, t),
                                  gv = g_rng.normal(size_t(cols), rms ? 0.0 : 1.0, 0.2, t),
@@ -227,26 +230,40 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
                                  dyv = g_rng.normal(size_t(n), 0.0, 1.0, t);
         Twin x(t, xv), res(t, rv), gamma(t, gv), beta(t, bv), y(t, size_t(n)), res_out(t, size_t(n)),
             mean(DType::f32, size_t(rows)), rstd(DType::f32, size_t(rows));
-        xvk_norm_forward_args a{};
-        a.rows = rows, a.cols = cols, a.dtype = dtype_id(t), a.rms = rms, a.epsilon = 1e-5f;
-        a.zero_centered_gamma = rms, a.param_dtype = dtype_id(t);
-        a.x = {x.h(), cols}, a.y = {y.h(), cols}, a.gamma = gamma.h();
-        if (!rms) a.residual = {res.h(), cols}, a.residual_out = {res_out.h(), cols}, a.beta = beta.h();
-        if (!rms) a.mean = static_cast<float *>(mean.h());
-        a.rstd = static_cast<float *>(rstd.h());
-        REQUIRE(xvk::cpu::norm_forward(nullptr, &a) == XVK_SUCCESS);
-        a.x.data = x.dev, a.y.data = y.dev, a.gamma = gamma.dev, a.rstd = static_cast<float *>(rstd.dev);
-        if (!rms) {
-          a.residual.data = res.dev, a.residual_out.data = res_out.dev, a.beta = beta.dev;
-          a.mean = static_cast<float *>(mean.dev);
-        }
+        struct Params {
+          bool f32, zero_centered;
+        };
+        const std::vector<Params> forms = rms ? std::vector<Params>{{false, true}, {false, false}, {true, false}}
+                                              : std::vector<Params>{{false, false}, {true, false}};
         const std::string what = std::string(rms ? "rms_norm " : "layer_norm ") + dtype_name(t) + " " +
                                  std::to_string(rows) + "x" + std::to_string(cols);
-        std::vector<Twin *> outs = {&y, &rstd};
-        if (!rms) outs.insert(outs.end(), {&res_out, &mean});
-        check_configs(what + " forward", gpu::OpKind::kNormForward, t, cols, vec, 6.0, outs,
-                      std::vector<std::vector<double>>(outs.size()),
-                      [&](const gpu::Config &c) { return gpu::norm_forward(g_ctx, a, &c); });
+        for (const Params form : forms) {
+          if (form.f32 && t == DType::f32) continue;  // the same form as x's dtype
+          const DType pt = form.f32 ? DType::f32 : t;
+          std::vector<float> gf = gv;  // gamma near 1 where it is not zero-centered
+          if (rms && !form.zero_centered)
+            for (float &g : gf) g += 1.0f;
+          Twin gamma_f(pt, gf), beta_f(pt, bv);
+          xvk_norm_forward_args a{};
+          a.rows = rows, a.cols = cols, a.dtype = dtype_id(t), a.rms = rms, a.epsilon = 1e-5f;
+          a.zero_centered_gamma = form.zero_centered, a.param_dtype = dtype_id(pt);
+          a.x = {x.h(), cols}, a.y = {y.h(), cols}, a.gamma = gamma_f.h();
+          if (!rms) a.residual = {res.h(), cols}, a.residual_out = {res_out.h(), cols}, a.beta = beta_f.h();
+          if (!rms) a.mean = static_cast<float *>(mean.h());
+          a.rstd = static_cast<float *>(rstd.h());
+          REQUIRE(xvk::cpu::norm_forward(nullptr, &a) == XVK_SUCCESS);
+          a.x.data = x.dev, a.y.data = y.dev, a.gamma = gamma_f.dev, a.rstd = static_cast<float *>(rstd.dev);
+          if (!rms) {
+            a.residual.data = res.dev, a.residual_out.data = res_out.dev, a.beta = beta_f.dev;
+            a.mean = static_cast<float *>(mean.dev);
+          }
+          std::vector<Twin *> outs = {&y, &rstd};
+          if (!rms) outs.insert(outs.end(), {&res_out, &mean});
+          check_configs(what + " forward" + (form.f32 ? " float32 params" : "") +
+                            (form.zero_centered ? " zero-centered" : ""),
+                        gpu::OpKind::kNormForward, t, cols, vec, 6.0, outs, std::vector<std::vector<double>>(outs.size()),
+                        [&](const gpu::Config &c) { return gpu::norm_forward(g_ctx, a, &c); });
+        }
 
         // Backward from the forward's input (x + residual for LayerNorm) and statistics.
         const std::vector<float> hv = rms ? xv : res_out.host_values(), rstd_v = rstd.host_values();
