@@ -122,12 +122,15 @@ __device__ __forceinline__ void load_input(const xvk_norm_forward_args &a, int64
 // The row's first input: statistics are computed around it. x - shift is
 // exact for values within a factor of two (Sterbenz), so data with a large
 // offset (mean 1e4, std 1e-2) keeps its variance in float32 arithmetic.
+// Read through load_global: through a plain pointer, clang for AMD lost the
+// address space (flat_load) in kernels with a loop per affine form.
 template <class T>
 __device__ __forceinline__ float row_shift(const xvk_norm_forward_args &a, int64_t row) {
   if (a.rms) return 0.0f;
-  const float x0 = to_float(static_cast<const T *>(a.x.data)[row * a.x.row_stride]);
+  const float x0 = to_float(load_global(static_cast<const T *>(a.x.data) + row * a.x.row_stride));
   if (!a.residual.data) return x0;
-  return to_float(from_float<T>(x0 + to_float(static_cast<const T *>(a.residual.data)[row * a.residual.row_stride])));
+  const T r0 = load_global(static_cast<const T *>(a.residual.data) + row * a.residual.row_stride);
+  return to_float(from_float<T>(x0 + to_float(r0)));
 }
 
 // Registers cache gamma/beta across rows while a lane's share is small.
