@@ -23,6 +23,8 @@
 #              finalize included) for each case in ROW_PROFILE_CASES, summarised by bench/ncu_summary.py
 #   rowprofile ncu (--set full) on one launch of each softmax/norm case in ROW_PROFILE_CASES (OP:DTYPE:ROWSxCOLS,
 #              space-separated), reports in $OUT/ncu-*.txt, a few headline metrics printed
+#   rowcounts  ncu source counters on one launch of each case in ROW_PROFILE_CASES: executed instructions per
+#              SASS instruction to $OUT/sass-counts-CASE.csv, summarised per opcode and element by bench/sass_counts.py
 #   python     the Python binding's tests with the machine's python3 (PyTorch CUDA tensors included)
 #   sass       cuobjdump -sass of the kernels of src/cuda/$SASS_OBJECT.cu (default softmax) whose demangled
 #              names match the awk regex SASS_KERNELS (default: all), to $OUT/sass-OBJECT.txt (no GPU needed)
@@ -152,6 +154,18 @@ for stage in "$@"; do
           --launch-skip 5 --launch-count 1 $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null >"$report" 2>&1
         echo "$c: ncu exit $?"
         grep -E "^  [a-z_]+_(forward|backward)|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Eligible Warps Per|issue_stalled" "$report" | head -32
+      done ;;
+    rowcounts)
+      log rowcounts
+      for c in ${ROW_PROFILE_CASES:-layer_norm_fwd:fp16:8192x8192}; do
+        name=${c//[:x]/-} shape=${c##*:}
+        XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 200 ncu --set full --import-source no -k 'regex:(softmax|norm)_(forward|backward)' \
+          --launch-skip 5 --launch-count 1 -o "$OUT/ncu-$name" $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null \
+          >"$OUT/ncu-$name.log" 2>&1
+        echo "$c: ncu exit $?"
+        ncu -i "$OUT/ncu-$name.ncu-rep" --page source --csv --print-source sass >"$OUT/sass-counts-$name.csv" &&
+          python3 bench/sass_counts.py "$OUT/sass-counts-$name.csv" "${shape%x*}" "${shape#*x}" | head -24
+        rm -f "$OUT/ncu-$name.ncu-rep"  # large; the CSV keeps what the summary reads
       done ;;
     python)
       log python
