@@ -228,7 +228,7 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
                                  gv = g_rng.normal(size_t(cols), rms ? 0.0 : 1.0, 0.2, t),
                                  bv = g_rng.normal(size_t(cols), 0.0, 0.2, t),
                                  dyv = g_rng.normal(size_t(n), 0.0, 1.0, t);
-        Twin x(t, xv), res(t, rv), gamma(t, gv), beta(t, bv), y(t, size_t(n)), res_out(t, size_t(n)),
+        Twin x(t, xv), res(t, rv), gamma(t, gv), y(t, size_t(n)), res_out(t, size_t(n)),
             mean(DType::f32, size_t(rows)), rstd(DType::f32, size_t(rows));
         struct Params {
           bool f32, zero_centered;
