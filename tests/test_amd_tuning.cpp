@@ -88,7 +88,7 @@ TEST_CASE("every row of the AMD tables is chosen, and runs, across its whole ban
                                        cols, vec, DeviceLimits{f.wave, kLdsBytes});
         CHECK(int(c.variant) == e.variant);  // the row, not the default rule's fallback
         if (e.threads != 0) CHECK(c.threads == e.threads);
-        if (e.variant == int(Variant::kBlock)) CHECK(c.packs == e.packs);
+        if (e.variant == int(Variant::kBlock)) CHECK(c.packs <= e.packs);  // fewer where whole waves hold the row in fewer
         // Backward kernels with 64 elements per lane spill on AMD: the tables stay at 32.
         if (is_backward(op) && c.variant != Variant::kReread) CHECK(c.packs * c.vec * c.rows <= 32);
         check_runnable(c, op, e.dtype, cols, f.wave);

@@ -57,7 +57,9 @@ TEST_CASE("every row of the sm_90 table is what its operator and flavour get at 
     CHECK(c.blocks_per_sm == e.blocks_per_sm);
     if (e.variant == int(Variant::kGroup)) CHECK(c.group == e.group);
     if (e.threads != 0 && e.variant != int(Variant::kBlock)) CHECK(c.threads == e.threads);
-    if (e.variant == int(Variant::kBlock)) CHECK(c.packs == e.packs);
+    // A block's packs: the row's, at most the entry's (fewer when the threads,
+    // rounded up to whole warps, hold the row in fewer: fit_packs).
+    if (e.variant == int(Variant::kBlock)) CHECK(c.packs <= e.packs);
     Config again = c;
     CHECK(complete_config(again, op, e.dtype, e.max_cols, kSm90));
   }
@@ -117,4 +119,35 @@ TEST_CASE("config_name spells a configuration as the benchmark tables and the tu
   CHECK(config_name(c) == "block.p4.t256.b2");
   c.variant = Variant::kRereadSums, c.packs = 2, c.threads = 1024, c.blocks_per_sm = 0;
   CHECK(config_name(c) == "rereadsums.p2.t1024");
+}
+
+TEST_CASE("group and block rows hold the row in the fewest instantiated packs") {
+  CHECK(fit_packs(1) == 1);
+  CHECK(fit_packs(3) == 3);
+  CHECK(fit_packs(5) == 6);
+  CHECK(fit_packs(7) == 8);
+  CHECK(fit_packs(9) == 0);
+  Config c;
+  c.variant = Variant::kGroup, c.vec = 8, c.group = 32, c.rows = 1, c.threads = 128;
+  REQUIRE(complete_config(c, OpKind::kNormForward, 1, 768, kSm90));  // 96 half vectors: 3 per lane
+  CHECK(c.packs == 3);
+  c.vec = 4;
+  REQUIRE(complete_config(c, OpKind::kNormForward, 0, 768, kSm90));  // 192 float vectors: 6 per lane
+  CHECK(c.packs == 6);
+  REQUIRE(complete_config(c, OpKind::kNormForward, 0, 1024, kSm90));
+  CHECK(c.packs == 8);
+  CHECK_FALSE(complete_config(c, OpKind::kNormForward, 0, 1028, kSm90));  // 257 vectors: more than 8 per lane
+  c = Config{};
+  c.variant = Variant::kBlock, c.vec = 8, c.packs = 4;
+  REQUIRE(complete_config(c, OpKind::kNormForward, 1, 1536, kSm90));  // 48 lanes of 4 round up to 64 threads of 3
+  CHECK(c.threads == 64);
+  CHECK(c.packs == 3);
+  c.packs = 5;  // not instantiated
+  CHECK_FALSE(complete_config(c, OpKind::kNormForward, 1, 1536, kSm90));
+  // The candidates list a block shape once, however many packs counts round to it.
+  int blocks = 0, p3 = 0;
+  for (const Config &k : candidate_configs(OpKind::kNormForward, 1, 1536, 8, kSm90))
+    if (k.variant == Variant::kBlock && k.blocks_per_sm == 0) ++blocks, p3 += k.packs == 3 && k.threads == 64;
+  CHECK(p3 == 1);
+  CHECK(blocks >= 2);
 }

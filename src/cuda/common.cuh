@@ -261,7 +261,9 @@ bool with_group_shape(int group, int packs, int rows, F &&f) {
   if (group != 32 || rows != 1) return false;
   switch (packs) {
     case 2: f(IntConst<32>{}, IntConst<2>{}, IntConst<1>{}); return true;
+    case 3: f(IntConst<32>{}, IntConst<3>{}, IntConst<1>{}); return true;
     case 4: f(IntConst<32>{}, IntConst<4>{}, IntConst<1>{}); return true;
+    case 6: f(IntConst<32>{}, IntConst<6>{}, IntConst<1>{}); return true;
     case 8: f(IntConst<32>{}, IntConst<8>{}, IntConst<1>{}); return true;
   }
   return false;
@@ -273,21 +275,26 @@ bool with_block_packs(int packs, F &&f) {
   switch (packs) {
     case 1: f(IntConst<1>{}); return true;
     case 2: f(IntConst<2>{}); return true;
+    case 3: f(IntConst<3>{}); return true;
     case 4: f(IntConst<4>{}); return true;
+    case 6: f(IntConst<6>{}); return true;
     case 8: f(IntConst<8>{}); return true;
   }
   return false;
 }
 
-// Calls f(IntConst<PACKS>) for an instantiated kRereadSums shape (packs up
-// to kMaxRereadSumsPacks, tuning.hpp).
+// Calls f(IntConst<PACKS>) for an instantiated kRereadSums shape (powers of
+// two up to kMaxRereadSumsPacks, tuning.hpp).
 template <class F>
 bool with_reread_sums_packs(int packs, F &&f) {
-  if (packs == 16) {
-    f(IntConst<16>{});
-    return true;
+  switch (packs) {
+    case 1: f(IntConst<1>{}); return true;
+    case 2: f(IntConst<2>{}); return true;
+    case 4: f(IntConst<4>{}); return true;
+    case 8: f(IntConst<8>{}); return true;
+    case 16: f(IntConst<16>{}); return true;
   }
-  return with_block_packs(packs, f);
+  return false;
 }
 
 // Calls f(T{}) with the storage type of an xvk_dtype_id.

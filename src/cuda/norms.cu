@@ -154,9 +154,10 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   // element needs the per-element tests for columns past the end: the loop
   // is compiled twice, once without them (kFull), chosen once per launch.
   // A group past the last row computes on zeros and writes nothing; its
-  // lanes reduce only among themselves. Only for lanes of up to 16 elements:
-  // with more, the second copy made ptxas spill more (sm_90).
-  constexpr bool kVersionFull = PACKS * VEC * ROWS <= 16;
+  // lanes reduce only among themselves. Only for lanes of up to 24 elements
+  // (three packs of halves): with 32, the second copy made ptxas spill more
+  // (sm_90).
+  constexpr bool kVersionFull = PACKS * VEC * ROWS <= 24;
   const bool full = int64_t(PACKS) * map.width * VEC == a.cols;
   auto rows_loop = [&](auto full_tag, auto form_tag) {
     constexpr bool kFull = decltype(full_tag)::value;

@@ -58,15 +58,19 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
     case Variant::kGroup: {
       if (c.group < 1 || c.group > 32 || c.group > warp_size || (c.group & (c.group - 1))) return false;
       if (c.rows != 1 && c.rows != 2) return false;
-      c.packs = next_pow2(ceil_div(vectors, c.group));
-      if (c.packs > kMaxGroupPacks || (c.packs > 1 && c.group < 32) || (c.packs > 1 && c.rows > 1)) return false;
+      c.packs = fit_packs(ceil_div(vectors, c.group));
+      if (c.packs == 0 || (c.packs > 1 && c.group < 32) || (c.packs > 1 && c.rows > 1)) return false;
       return c.threads >= warp_size && c.threads % warp_size == 0 &&
              c.threads <= register_kernel_max_threads(op, c.group, c.packs * c.vec * c.rows);
     }
     case Variant::kBlock: {
-      if (c.packs < 1 || c.packs > kMaxBlockPacks || (c.packs & (c.packs - 1))) return false;
+      if (c.packs < 1 || c.packs > kMaxBlockPacks || fit_packs(c.packs) != c.packs) return false;
       const int64_t lanes = ceil_div(vectors, c.packs);
       c.threads = int(ceil_div(lanes, warp_size) * warp_size);
+      // Threads rounded up to whole warps may hold the row in fewer packs
+      // (1536 half columns: 4 packs make 48 lanes, 64 threads, which hold
+      // the row in 3): take the fewest, so no lane holds a pack past the end.
+      c.packs = fit_packs(ceil_div(vectors, c.threads));
       c.rows = 1;
       // A block of few threads leaves the reductions' barriers exposed; the
       // group variant serves such rows better, so only take real blocks.
@@ -166,7 +170,11 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
   for (int packs = 1; packs <= kMaxBlockPacks; packs *= 2) {
     Config c;
     c.variant = Variant::kBlock, c.vec = vec, c.packs = packs;
-    if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
+    if (!complete_config(c, op, dtype, cols, limits)) continue;
+    // Two packs counts may round to the same threads and packs: keep one.
+    const Config *last = out.empty() ? nullptr : &out.back();
+    if (last && last->variant == Variant::kBlock && last->packs == c.packs && last->threads == c.threads) continue;
+    out.push_back(c);
   }
   for (Variant v : {Variant::kReread, Variant::kShared, Variant::kSharedDy, Variant::kRereadSums})
     for (int threads : {256, 512, 1024}) {

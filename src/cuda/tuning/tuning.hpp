@@ -21,11 +21,21 @@ enum class Variant : int {
 };
 
 // Instantiated shapes: group widths 1..32 (a sub-warp on any vendor), packs
-// (vectors per lane per row) in powers of two. Kept short: each combination is
-// a compiled kernel per dtype and architecture.
+// (vectors per lane per row) 1, 2, 3, 4, 6, 8: the threes and sixes fit the
+// common widths of three times a power of two (768, 1536 columns) exactly,
+// where the next power of two held a pack past the end in every lane (more
+// registers, masked work). Kept short: each combination is a compiled kernel
+// per dtype and architecture.
 inline constexpr int kMaxGroupPacks = 8;  // a group of 32 lanes holds up to 256 vectors
 inline constexpr int kMaxBlockPacks = 8;
 inline constexpr int kMaxThreads = 1024;
+// The fewest instantiated packs holding `vectors` per lane, else 0 (more
+// than kMaxGroupPacks = kMaxBlockPacks).
+inline constexpr int fit_packs(int64_t vectors) {
+  for (int p : {1, 2, 3, 4, 6, 8})
+    if (p >= vectors) return p;
+  return 0;
+}
 
 inline constexpr bool is_backward(OpKind op) {
   return op == OpKind::kSoftmaxBackward || op == OpKind::kNormBackward;
@@ -98,7 +108,7 @@ struct Config {
   Variant variant = Variant::kReread;
   int vec = 1;       // elements per memory access (16 bytes worth, or 1)
   int group = 0;     // kGroup: lanes per row
-  int packs = 1;     // kGroup, kBlock, kRereadSums: vectors per lane per row
+  int packs = 1;     // kGroup, kBlock, kRereadSums: vectors per lane per row (kGroup, kBlock: fit_packs)
   int rows = 1;      // kGroup: rows per group at once (1 or 2)
   int threads = 256; // threads per block
   int blocks_per_sm = 0;  // grid: 0, as many blocks as fit at once; n > 0, at most n per SM; kGridCoversRows
