@@ -454,40 +454,6 @@ struct ParamGradSums {
   unsigned *counter = nullptr; // in-kernel finalize: blocks finished; null: a finalize kernel follows
 };
 
-// Adds parts first, first + step, ... (< end) of the V columns at col, four
-// parts in flight; g and b get the dgamma and dbeta sums.
-template <int V>
-__device__ __forceinline__ void sum_parts(const float *partial, int64_t cols, int64_t col, int64_t first, int64_t end,
-                                          int64_t step, float (&g)[V], float (&b)[V]) {
-  using Vec = Pack<float, V>;
-  float sg[4][V] = {}, sb[4][V] = {};
-  int64_t part = first;
-  for (; part + 3 * step < end; part += 4 * step) {
-    Vec vg[4], vb[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float *row = partial + (part + k * step) * 2 * cols + col;
-      vg[k] = *reinterpret_cast<const Vec *>(row);
-      vb[k] = *reinterpret_cast<const Vec *>(row + cols);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int i = 0; i < V; ++i) sg[k][i] += vg[k].v[i], sb[k][i] += vb[k].v[i];
-  }
-  for (; part < end; part += step) {
-    const float *row = partial + part * 2 * cols + col;
-    const Vec vg = *reinterpret_cast<const Vec *>(row), vb = *reinterpret_cast<const Vec *>(row + cols);
-#pragma unroll
-    for (int i = 0; i < V; ++i) sg[0][i] += vg.v[i], sb[0][i] += vb.v[i];
-  }
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    g[i] = (sg[0][i] + sg[1][i]) + (sg[2][i] + sg[3][i]);
-    b[i] = (sb[0][i] + sb[1][i]) + (sb[2][i] + sb[3][i]);
-  }
-}
-
 // dgamma[col + i] = g[i] and dbeta[col + i] = b[i] in the gradients' dtype.
 template <int V>
 __device__ __forceinline__ void store_param_grads(const xvk_norm_backward_args &a, int64_t col, const float (&g)[V],
@@ -917,42 +883,64 @@ __global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_ba
 }
 
 // The finalize kernel: block (x, y) adds up slice y of the parts for the
-// 32 * V columns of tile x; lane l (threadIdx.y) of kFinalizeLanes takes
-// parts l, l + lanes, ... of the slice, and lane 0 adds the lanes' sums in
-// order. With one slice that is the result; with more, each slice's sums go
+// 32 columns of tile x. Its blockDim.y lanes (a power of two, up to
+// kFinalizeMaxLanes) take parts l, l + lanes, ... of the slice, loading
+// kFinalizeInFlight of them at once, and their sums meet in a tree over the
+// lanes. The partial sums are few bytes but just written: what costs is the
+// latency of each round of loads, so the lanes are many and their rounds
+// few. With one slice that is the result; with more, each slice's sums go
 // to slice_sums[slice][2][cols], and the tile's last block to finish (a
 // ticket on counters[x]) adds them in slice order.
-constexpr int kFinalizeLanes = 8;
-template <int V>
-__global__ void __launch_bounds__(32 * kFinalizeLanes)
+constexpr int kFinalizeMaxLanes = 32;
+constexpr int kFinalizeInFlight = 8;
+__global__ void __launch_bounds__(32 * kFinalizeMaxLanes)
     norm_backward_finalize(const xvk_norm_backward_args a, const float *partial, int64_t parts, float *slice_sums,
                            unsigned *counters) {
   wait_for_prior_kernel();  // started by launch_after_previous
-  __shared__ float lane_sums[kFinalizeLanes][2][32 * V];
+  __shared__ float lane_sums[kFinalizeMaxLanes][2][32];
   __shared__ bool last;
-  const int x = int(threadIdx.x), y = int(threadIdx.y);
-  const int64_t col = (int64_t(blockIdx.x) * 32 + x) * V;
+  const int x = int(threadIdx.x), y = int(threadIdx.y), lanes = int(blockDim.y);
+  const int64_t col = int64_t(blockIdx.x) * 32 + x;
   const bool in = col < a.cols;
   const int64_t per_slice = (parts + gridDim.y - 1) / gridDim.y;
   const int64_t begin = int64_t(blockIdx.y) * per_slice, end = begin + per_slice < parts ? begin + per_slice : parts;
-  float g[V] = {}, b[V] = {};
-  if (in) sum_parts<V>(partial, a.cols, col, begin + y, end, kFinalizeLanes, g, b);
+  float g[1] = {0.0f}, b[1] = {0.0f};
+  if (in) {
+    constexpr int K = kFinalizeInFlight;
+    const int64_t stride = 2 * a.cols;  // floats from one part to the next
+    float sg[K] = {}, sb[K] = {};
+    int64_t part = begin + y;
+    for (; part + (K - 1) * lanes < end; part += K * lanes) {
+      float vg[K], vb[K];
 #pragma unroll
-  for (int i = 0; i < V; ++i) lane_sums[y][0][x * V + i] = g[i], lane_sums[y][1][x * V + i] = b[i];
-  __syncthreads();
-  if (y == 0) {
-    for (int l = 1; l < kFinalizeLanes; ++l)
+      for (int k = 0; k < K; ++k) {
+        const float *p = partial + (part + k * lanes) * stride + col;
+        vg[k] = p[0], vb[k] = p[a.cols];
+      }
 #pragma unroll
-      for (int i = 0; i < V; ++i) g[i] += lane_sums[l][0][x * V + i], b[i] += lane_sums[l][1][x * V + i];
+      for (int k = 0; k < K; ++k) sg[k] += vg[k], sb[k] += vb[k];
+    }
+    for (; part < end; part += lanes) sg[0] += partial[part * stride + col], sb[0] += partial[part * stride + a.cols + col];
+#pragma unroll
+    for (int w = K / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int k = 0; k < w; ++k) sg[k] += sg[k + w], sb[k] += sb[k + w];
+    g[0] = sg[0], b[0] = sb[0];
   }
+  lane_sums[y][0][x] = g[0], lane_sums[y][1][x] = b[0];
+  for (int half = lanes / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (y < half) lane_sums[y][0][x] += lane_sums[y + half][0][x], lane_sums[y][1][x] += lane_sums[y + half][1][x];
+  }
+  __syncthreads();
+  g[0] = lane_sums[0][0][x], b[0] = lane_sums[0][1][x];
   if (gridDim.y == 1) {
-    if (y == 0 && in) store_param_grads<V>(a, col, g, b);
+    if (y == 0 && in) store_param_grads<1>(a, col, g, b);
     return;
   }
   if (y == 0 && in) {
     float *mine = slice_sums + int64_t(blockIdx.y) * 2 * a.cols + col;
-#pragma unroll
-    for (int i = 0; i < V; ++i) mine[i] = g[i], mine[a.cols + i] = b[i];
+    mine[0] = g[0], mine[a.cols] = b[0];
   }
   __threadfence();  // this slice's sums, before its ticket
   __syncthreads();
@@ -961,14 +949,12 @@ __global__ void __launch_bounds__(32 * kFinalizeLanes)
   if (!last) return;
   __threadfence();  // every slice's sums, after the last ticket
   if (y == 0 && in) {
-#pragma unroll
-    for (int i = 0; i < V; ++i) g[i] = b[i] = 0.0f;
+    g[0] = b[0] = 0.0f;
     for (unsigned slice = 0; slice < gridDim.y; ++slice) {
       const float *theirs = slice_sums + int64_t(slice) * 2 * a.cols + col;
-#pragma unroll
-      for (int i = 0; i < V; ++i) g[i] += theirs[i], b[i] += theirs[a.cols + i];
+      g[0] += theirs[0], b[0] += theirs[a.cols];
     }
-    store_param_grads<V>(a, col, g, b);
+    store_param_grads<1>(a, col, g, b);
   }
   if (x == 0 && y == 0) counters[blockIdx.x] = 0;  // ready for the next kernel on the stream
 }
@@ -1003,17 +989,17 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
   return status;
 }
 
-// How norm_backward_finalize splits the parts: enough blocks to fill the
-// device, each lane of a block taking at least 4 parts.
+// How norm_backward_finalize splits the parts: a tile of 32 columns per
+// block, lanes enough for one round of loads each (up to 32 lanes), and
+// slices of the parts only when that leaves more than two rounds per lane.
 struct FinalizeGrid {
-  int vec = 1;
+  int lanes = 1;
   int64_t tiles = 0, slices = 0;
   FinalizeGrid() = default;
-  FinalizeGrid(const Context &ctx, int64_t parts, int64_t cols) {
-    vec = cols % 4 == 0 ? 4 : 1;
-    tiles = ceil_div(cols, 32 * vec);
-    const int64_t want = ceil_div(2 * int64_t(ctx.info->sm_count), tiles);
-    slices = std::max<int64_t>(1, std::min<int64_t>(want, parts / (4 * kFinalizeLanes)));
+  FinalizeGrid(int64_t parts, int64_t cols) {
+    tiles = ceil_div(cols, 32);
+    while (lanes < kFinalizeMaxLanes && int64_t(lanes) * kFinalizeInFlight < parts) lanes *= 2;
+    slices = std::max<int64_t>(1, ceil_div(parts, int64_t(2) * kFinalizeInFlight * lanes));
   }
 };
 
@@ -1033,7 +1019,7 @@ struct ParamGradScratch {
 // block when in_kernel, else norm_backward_finalize.
 xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool in_kernel, ParamGradScratch *out) {
   out->parts = parts;
-  out->grid = FinalizeGrid(ctx, parts, cols);
+  out->grid = FinalizeGrid(parts, cols);
   const int64_t floats = parts * 2 * cols + std::max<int64_t>(out->grid.slices * 2 * cols, 2 * 1024);
   void *p = nullptr;
   if (ctx.workspace(size_t(floats) * sizeof(float), &p) != kSuccess) return XVK_ERROR_OUT_OF_MEMORY;
@@ -1053,10 +1039,9 @@ xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool 
 // in_kernel false).
 xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const ParamGradScratch &s) {
   float *slice_sums = s.sums.partial + s.parts * 2 * a.cols;
-  const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(32, kFinalizeLanes);
-  return launch_after_previous(ctx, "norm_backward_finalize",
-                               s.grid.vec == 4 ? norm_backward_finalize<4> : norm_backward_finalize<1>, blocks, block,
-                               a, s.sums.partial, s.parts, slice_sums, s.finalize_counters);
+  const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(32, unsigned(s.grid.lanes));
+  return launch_after_previous(ctx, "norm_backward_finalize", norm_backward_finalize, blocks, block, a,
+                               s.sums.partial, s.parts, slice_sums, s.finalize_counters);
 }
 
 template <class T, int VEC>
