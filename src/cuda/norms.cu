@@ -549,7 +549,7 @@ __device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const Pa
 // flight was too little to cover the memory latency (ncu: long-scoreboard
 // stalls first, DRAM throughput about half the copy kernel's).
 template <class T, int VEC, int PACKS, int G, int ROWS>
-__global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackward, G, PACKS * VEC * ROWS))
+__global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackward, G, PACKS * VEC * ROWS, int(sizeof(T))))
     norm_backward_registers(const xvk_norm_backward_args a, const ParamGradSums sums_out) {
   __shared__ float scratch[2 * ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;

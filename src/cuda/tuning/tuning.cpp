@@ -61,7 +61,7 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       c.packs = fit_packs(ceil_div(vectors, c.group));
       if (c.packs == 0 || (c.packs > 1 && c.group < 32) || (c.packs > 1 && c.rows > 1)) return false;
       return c.threads >= warp_size && c.threads % warp_size == 0 &&
-             c.threads <= register_kernel_max_threads(op, c.group, c.packs * c.vec * c.rows);
+             c.threads <= register_kernel_max_threads(op, c.group, c.packs * c.vec * c.rows, elem_size);
     }
     case Variant::kBlock: {
       if (c.packs < 1 || c.packs > kMaxBlockPacks || fit_packs(c.packs) != c.packs) return false;
@@ -74,7 +74,7 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       c.rows = 1;
       // A block of few threads leaves the reductions' barriers exposed; the
       // group variant serves such rows better, so only take real blocks.
-      return c.threads >= 2 * warp_size && c.threads <= register_kernel_max_threads(op, 0, c.packs * c.vec);
+      return c.threads >= 2 * warp_size && c.threads <= register_kernel_max_threads(op, 0, c.packs * c.vec, elem_size);
     }
     case Variant::kReread:
       c.rows = 1;
