@@ -70,7 +70,7 @@ for stage in "$@"; do
         XVK_TEST_QUICK=1 XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 230 compute-sanitizer --tool $tool --error-exitcode 9 \
           $BUILD/bin/test_gpu_ops --test-case-exclude='*2^31*,*65535*' >"$OUT/sanitizer-$tool.log" 2>&1
         echo "$tool exit $?"; tail -4 "$OUT/sanitizer-$tool.log"
-        XVK_TEST_QUICK=1 timeout 230 compute-sanitizer --tool $tool --error-exitcode 9 \
+        XVK_TEST_QUICK=1 timeout 400 compute-sanitizer --tool $tool --error-exitcode 9 \
           $BUILD/bin/test_gpu_variants >"$OUT/sanitizer-variants-$tool.log" 2>&1
         echo "variants $tool exit $?"; tail -4 "$OUT/sanitizer-variants-$tool.log"
       done ;;
