@@ -921,11 +921,14 @@ __global__ void __launch_bounds__(32 * kFinalizeMaxLanes)
       for (int k = 0; k < K; ++k) sg[k] += vg[k], sb[k] += vb[k];
     }
     for (; part < end; part += lanes) sg[0] += partial[part * stride + col], sb[0] += partial[part * stride + a.cols + col];
+    // A tree over the K sums, written out: clang for AMD did not unroll a
+    // halving loop, which left sg and sb in scratch memory.
+    static_assert(K == 8, "the tree below adds eight sums");
 #pragma unroll
-    for (int w = K / 2; w > 0; w /= 2)
+    for (int k = 0; k < 4; ++k) sg[k] += sg[k + 4], sb[k] += sb[k + 4];
 #pragma unroll
-      for (int k = 0; k < w; ++k) sg[k] += sg[k + w], sb[k] += sb[k + w];
-    g[0] = sg[0], b[0] = sb[0];
+    for (int k = 0; k < 2; ++k) sg[k] += sg[k + 2], sb[k] += sb[k + 2];
+    g[0] = sg[0] + sg[1], b[0] = sb[0] + sb[1];
   }
   lane_sums[y][0][x] = g[0], lane_sums[y][1][x] = b[0];
   for (int half = lanes / 2; half > 0; half /= 2) {

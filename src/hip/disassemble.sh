@@ -212,8 +212,8 @@ excerpt() {
   excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2>(' \
     "Norm backward, group registers (float32, groups of 8 lanes; dgamma/dbeta partials summed across the wavefront)" reduce \
     '^v_xor_b32_e32 v[0-9]+, 32, v' 
-  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_finalize<4>(' \
-    "Norm backward finalize (dgamma/dbeta from the partials, 4 columns per thread)" lds
+  excerpt norms gfx90a 'xvk::gpu::(anonymous namespace)::norm_backward_finalize(' \
+    "Norm backward finalize (dgamma/dbeta from the partials: a column per thread, its lanes' sums added in LDS)" lds
   excerpt batch_norm gfx90a 'void xvk::gpu::(anonymous namespace)::reduce_channels_first<xvk::gpu::(anonymous namespace)::StatsSource<__half, 8>, 8, false>(' \
     "BatchNorm statistics, channels-first (float16; Welford states merged across the wavefront, then the block)" reduce
   excerpt batch_norm gfx90a 'void xvk::gpu::(anonymous namespace)::backward_apply_rows<__half, 8, 2>(' \
