@@ -883,7 +883,8 @@ __global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_ba
 }
 
 // The finalize kernel: block (x, y) adds up slice y of the parts for the
-// 32 columns of tile x. Its blockDim.y lanes (a power of two, up to
+// kFinalizeTileCols columns of tile x (a column per threadIdx.x: a tile's
+// width, not the warp's). Its blockDim.y lanes (a power of two, up to
 // kFinalizeMaxLanes) take parts l, l + lanes, ... of the slice, loading
 // kFinalizeInFlight of them at once, and their sums meet in a tree over the
 // lanes. The partial sums are few bytes but just written: what costs is the
@@ -891,16 +892,17 @@ __global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_ba
 // few. With one slice that is the result; with more, each slice's sums go
 // to slice_sums[slice][2][cols], and the tile's last block to finish (a
 // ticket on counters[x]) adds them in slice order.
+constexpr int kFinalizeTileCols = 32;
 constexpr int kFinalizeMaxLanes = 32;
 constexpr int kFinalizeInFlight = 8;
-__global__ void __launch_bounds__(32 * kFinalizeMaxLanes)
+__global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
     norm_backward_finalize(const xvk_norm_backward_args a, const float *partial, int64_t parts, float *slice_sums,
                            unsigned *counters) {
   wait_for_prior_kernel();  // started by launch_after_previous
-  __shared__ float lane_sums[kFinalizeMaxLanes][2][32];
+  __shared__ float lane_sums[kFinalizeMaxLanes][2][kFinalizeTileCols];
   __shared__ bool last;
   const int x = int(threadIdx.x), y = int(threadIdx.y), lanes = int(blockDim.y);
-  const int64_t col = int64_t(blockIdx.x) * 32 + x;
+  const int64_t col = int64_t(blockIdx.x) * kFinalizeTileCols + x;
   const bool in = col < a.cols;
   const int64_t per_slice = (parts + gridDim.y - 1) / gridDim.y;
   const int64_t begin = int64_t(blockIdx.y) * per_slice, end = begin + per_slice < parts ? begin + per_slice : parts;
@@ -992,15 +994,15 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
   return status;
 }
 
-// How norm_backward_finalize splits the parts: a tile of 32 columns per
-// block, lanes enough for one round of loads each (up to 32 lanes), and
+// How norm_backward_finalize splits the parts: a tile of kFinalizeTileCols
+// columns per block, lanes enough for one round of loads each (up to 32 lanes), and
 // slices of the parts only when that leaves more than two rounds per lane.
 struct FinalizeGrid {
   int lanes = 1;
   int64_t tiles = 0, slices = 0;
   FinalizeGrid() = default;
   FinalizeGrid(int64_t parts, int64_t cols) {
-    tiles = ceil_div(cols, 32);
+    tiles = ceil_div(cols, kFinalizeTileCols);
     while (lanes < kFinalizeMaxLanes && int64_t(lanes) * kFinalizeInFlight < parts) lanes *= 2;
     slices = std::max<int64_t>(1, ceil_div(parts, int64_t(2) * kFinalizeInFlight * lanes));
   }
@@ -1042,7 +1044,7 @@ xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool 
 // in_kernel false).
 xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const ParamGradScratch &s) {
   float *slice_sums = s.sums.partial + s.parts * 2 * a.cols;
-  const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(32, unsigned(s.grid.lanes));
+  const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(kFinalizeTileCols, unsigned(s.grid.lanes));
   return launch_after_previous(ctx, "norm_backward_finalize", norm_backward_finalize, blocks, block, a,
                                s.sums.partial, s.parts, slice_sums, s.finalize_counters);
 }
