@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = map.col(p, VEC);
-        if (kIssueFirst && !kMasked) {
+        if constexpr (kIssueFirst && !kMasked) {
           logits[r].apply(a, col, raw[r][p], z[r][p]);  // -inf past the row's end, without a branch
         } else if (col < a.cols) {
           if constexpr (kIssueFirst)
