@@ -9,6 +9,7 @@
 
 #include "core/backend_api.h"
 #include "cuda/portability.cuh"
+#include "cuda/tuning/tuning.hpp"
 
 namespace xvk::gpu {
 
@@ -237,6 +238,13 @@ __device__ __forceinline__ void store_vec(T *p, const float (&in)[VEC]) {
 // Compile-time shapes behind the run-time Config (see tuning/tuning.hpp).
 // ---------------------------------------------------------------------------
 
+// Calls f(IntConst<P>) for the P of the list that equals packs; returns
+// false if none does.
+template <class F, int... P>
+bool with_packs_of(std::integer_sequence<int, P...>, int packs, F &&f) {
+  return ((packs == P ? (f(IntConst<P>{}), true) : false) || ...);
+}
+
 // Calls f(IntConst<G>, IntConst<PACKS>, IntConst<ROWS>) for an instantiated
 // group shape; returns false if (group, packs, rows) is not one.
 template <class F>
@@ -259,42 +267,20 @@ bool with_group_shape(int group, int packs, int rows, F &&f) {
     return false;
   }
   if (group != 32 || rows != 1) return false;
-  switch (packs) {
-    case 2: f(IntConst<32>{}, IntConst<2>{}, IntConst<1>{}); return true;
-    case 3: f(IntConst<32>{}, IntConst<3>{}, IntConst<1>{}); return true;
-    case 4: f(IntConst<32>{}, IntConst<4>{}, IntConst<1>{}); return true;
-    case 6: f(IntConst<32>{}, IntConst<6>{}, IntConst<1>{}); return true;
-    case 8: f(IntConst<32>{}, IntConst<8>{}, IntConst<1>{}); return true;
-  }
-  return false;
+  return with_packs_of(InstantiatedPacks{}, packs, [&](auto p) { f(IntConst<32>{}, p, IntConst<1>{}); });
 }
 
 // Calls f(IntConst<PACKS>) for an instantiated block shape.
 template <class F>
 bool with_block_packs(int packs, F &&f) {
-  switch (packs) {
-    case 1: f(IntConst<1>{}); return true;
-    case 2: f(IntConst<2>{}); return true;
-    case 3: f(IntConst<3>{}); return true;
-    case 4: f(IntConst<4>{}); return true;
-    case 6: f(IntConst<6>{}); return true;
-    case 8: f(IntConst<8>{}); return true;
-  }
-  return false;
+  return with_packs_of(InstantiatedPacks{}, packs, f);
 }
 
 // Calls f(IntConst<PACKS>) for an instantiated kRereadSums shape (powers of
 // two up to kMaxRereadSumsPacks, tuning.hpp).
 template <class F>
 bool with_reread_sums_packs(int packs, F &&f) {
-  switch (packs) {
-    case 1: f(IntConst<1>{}); return true;
-    case 2: f(IntConst<2>{}); return true;
-    case 4: f(IntConst<4>{}); return true;
-    case 8: f(IntConst<8>{}); return true;
-    case 16: f(IntConst<16>{}); return true;
-  }
-  return false;
+  return with_packs_of(std::integer_sequence<int, 1, 2, 4, 8, 16>{}, packs, f);
 }
 
 // Calls f(T{}) with the storage type of an xvk_dtype_id.

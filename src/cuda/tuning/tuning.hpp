@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xvk::gpu {
@@ -26,16 +27,21 @@ enum class Variant : int {
 // where the next power of two held a pack past the end in every lane (more
 // registers, masked work). Kept short: each combination is a compiled kernel
 // per dtype and architecture.
+// The one list of them: fit_packs below and the kernels' instantiations
+// (with_group_shape, with_block_packs in common.cuh) both read it.
+using InstantiatedPacks = std::integer_sequence<int, 1, 2, 3, 4, 6, 8>;
 inline constexpr int kMaxGroupPacks = 8;  // a group of 32 lanes holds up to 256 vectors
 inline constexpr int kMaxBlockPacks = 8;
 inline constexpr int kMaxThreads = 1024;
 // The fewest instantiated packs holding `vectors` per lane, else 0 (more
 // than kMaxGroupPacks = kMaxBlockPacks).
-inline constexpr int fit_packs(int64_t vectors) {
-  for (int p : {1, 2, 3, 4, 6, 8})
-    if (p >= vectors) return p;
-  return 0;
+template <int... P>
+constexpr int fit_packs_of(std::integer_sequence<int, P...>, int64_t vectors) {
+  int fit = 0;
+  ((fit == 0 && P >= vectors ? fit = P : 0), ...);  // P ascending: the first that holds them
+  return fit;
 }
+inline constexpr int fit_packs(int64_t vectors) { return fit_packs_of(InstantiatedPacks{}, vectors); }
 
 inline constexpr bool is_backward(OpKind op) {
   return op == OpKind::kSoftmaxBackward || op == OpKind::kNormBackward;
