@@ -897,6 +897,11 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
 // planes that are not whole vectors (7 x 7), where the channels-first kernel
 // reads overlapping vectors and selects elements; every load is a whole
 // vector of the row here, the copy kernel's access pattern.
+// Slower on the H200 (same-run A/B, 7 x 7 to 28 x 28): issuing a batch's
+// loads before adding the previous batch (7 x 7 backward +6-7%, forward
+// +3%), 16-bit statistics two rows at a time at 4 blocks per SM (forward
+// +1-4%), and more parts to fill whole waves when the column tiles outnumber
+// one (NCHW 7 x 7 16-bit backward +1.5%).
 template <class Src, int VEC>
 __global__ void __launch_bounds__(kThreads, Src::kLastMinBlocks)
     reduce_columns(Shape sh, Src src, int tile, float *partials) {
