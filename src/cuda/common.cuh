@@ -276,11 +276,11 @@ bool with_block_packs(int packs, F &&f) {
   return with_packs_of(InstantiatedPacks{}, packs, f);
 }
 
-// Calls f(IntConst<PACKS>) for an instantiated kRereadSums shape (powers of
-// two up to kMaxRereadSumsPacks, tuning.hpp).
+// Calls f(IntConst<PACKS>) for an instantiated kRereadSums shape
+// (RereadSumsPacks, tuning.hpp).
 template <class F>
 bool with_reread_sums_packs(int packs, F &&f) {
-  return with_packs_of(std::integer_sequence<int, 1, 2, 4, 8, 16>{}, packs, f);
+  return with_packs_of(RereadSumsPacks{}, packs, f);
 }
 
 // Calls f(T{}) with the storage type of an xvk_dtype_id.

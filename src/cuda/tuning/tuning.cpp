@@ -64,7 +64,7 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
              c.threads <= register_kernel_max_threads(op, c.group, c.packs * c.vec * c.rows, elem_size);
     }
     case Variant::kBlock: {
-      if (c.packs < 1 || c.packs > kMaxBlockPacks || fit_packs(c.packs) != c.packs) return false;
+      if (fit_packs(c.packs) != c.packs) return false;  // an instantiated count
       const int64_t lanes = ceil_div(vectors, c.packs);
       c.threads = int(ceil_div(lanes, warp_size) * warp_size);
       // Threads rounded up to whole warps may hold the row in fewer packs
@@ -82,9 +82,9 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
     case Variant::kRereadSums: {
       c.rows = 1;
       if (op != OpKind::kNormBackward || c.threads < 2 * warp_size || c.threads % warp_size != 0) return false;
-      c.packs = next_pow2(ceil_div(vectors, c.threads));
+      c.packs = fit_packs_of(RereadSumsPacks{}, ceil_div(vectors, c.threads));
       const int elems = c.packs * c.vec;
-      if (c.packs > kMaxRereadSumsPacks || elems > kMaxRereadSumsElems) return false;
+      if (c.packs == 0 || elems > kMaxRereadSumsElems) return false;
       const bool beta_shared = reread_sums_beta_shared(elems, c.threads);
       if (c.threads > reread_sums_max_threads(elems, beta_shared)) return false;
       return !beta_shared || config_shared_bytes(op, c, cols, elem_size) + kSharedReserve <= limits.max_shared_bytes;

@@ -30,11 +30,8 @@ enum class Variant : int {
 // The one list of them: fit_packs below and the kernels' instantiations
 // (with_group_shape, with_block_packs in common.cuh) both read it.
 using InstantiatedPacks = std::integer_sequence<int, 1, 2, 3, 4, 6, 8>;
-inline constexpr int kMaxGroupPacks = 8;  // a group of 32 lanes holds up to 256 vectors
-inline constexpr int kMaxBlockPacks = 8;
 inline constexpr int kMaxThreads = 1024;
-// The fewest instantiated packs holding `vectors` per lane, else 0 (more
-// than kMaxGroupPacks = kMaxBlockPacks).
+// The fewest packs of list P (ascending) holding `vectors` per lane, else 0.
 template <int... P>
 constexpr int fit_packs_of(std::integer_sequence<int, P...>, int64_t vectors) {
   int fit = 0;
@@ -42,6 +39,10 @@ constexpr int fit_packs_of(std::integer_sequence<int, P...>, int64_t vectors) {
   return fit;
 }
 inline constexpr int fit_packs(int64_t vectors) { return fit_packs_of(InstantiatedPacks{}, vectors); }
+// The largest of them (a group of 32 lanes holds up to 256 vectors).
+inline constexpr int kMaxBlockPacks = 8;
+static_assert(fit_packs(kMaxBlockPacks) == kMaxBlockPacks && fit_packs(kMaxBlockPacks + 1) == 0,
+              "kMaxBlockPacks is the largest of InstantiatedPacks");
 
 inline constexpr bool is_backward(OpKind op) {
   return op == OpKind::kSoftmaxBackward || op == OpKind::kNormBackward;
@@ -77,7 +78,8 @@ inline constexpr int register_kernel_max_threads(OpKind op, int group, int elems
 // threads up to 16); beyond that, or with more threads than that bound, the
 // dbeta sums move to shared memory (threads * (columns + 4) floats) and only
 // dgamma's stay in registers, up to 64 columns (1024 threads up to 32).
-inline constexpr int kMaxRereadSumsPacks = 16;
+// Its packs, the one list for complete_config and the kernels' instantiations.
+using RereadSumsPacks = std::integer_sequence<int, 1, 2, 4, 8, 16>;
 inline constexpr int kMaxRereadSumsElems = 64;
 inline constexpr int reread_sums_registers_max_threads(int elems) { return elems <= 16 ? 1024 : elems <= 32 ? 512 : 0; }
 inline constexpr int reread_sums_beta_shared_max_threads(int elems) { return elems <= 32 ? 1024 : 512; }
