@@ -40,11 +40,11 @@ void check_runnable(const Config &c, OpKind op, int dtype, int64_t cols, int wav
   if (c.variant == Variant::kBlock) CHECK(int64_t(c.threads) * c.packs * c.vec >= cols);
   if (c.variant == Variant::kGroup || c.variant == Variant::kBlock)
     CHECK(c.threads <= register_kernel_max_threads(op, c.variant == Variant::kGroup ? c.group : 0, c.packs * c.vec * c.rows,
-                                                   dtype == 0 ? 4 : 2));
+                                                   dtype_bytes(dtype)));
   if (c.variant == Variant::kShared) CHECK(op != OpKind::kNormBackward);
   if (c.variant == Variant::kSharedDy) CHECK(op == OpKind::kSoftmaxBackward);
   // What it keeps in shared memory (staged rows, dbeta sums) fits in the LDS.
-  CHECK(config_shared_bytes(op, c, cols, dtype == 0 ? 4 : 2) + kSharedReserve <= kLdsBytes);
+  CHECK(config_shared_bytes(op, c, cols, dtype_bytes(dtype)) + kSharedReserve <= kLdsBytes);
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ const TuningTable &tuning_table_for(const char *arch) {
 
 bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const DeviceLimits &limits) {
   const int warp_size = limits.warp_size;
-  const int elem_size = dtype == 0 ? 4 : 2;  // XVK_DTYPE_F32, else a 16-bit type
+  const int elem_size = dtype_bytes(dtype);
   const int64_t vectors = ceil_div(cols, c.vec);
   if (c.blocks_per_sm < 0 && (c.blocks_per_sm != kGridCoversRows || op == OpKind::kNormBackward)) return false;
   switch (c.variant) {

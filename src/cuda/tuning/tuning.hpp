@@ -44,6 +44,9 @@ inline constexpr int kMaxBlockPacks = 8;
 static_assert(fit_packs(kMaxBlockPacks) == kMaxBlockPacks && fit_packs(kMaxBlockPacks + 1) == 0,
               "kMaxBlockPacks is the largest of InstantiatedPacks");
 
+// Bytes per element of a tables' dtype code (0: XVK_DTYPE_F32, else a 16-bit type).
+inline constexpr int dtype_bytes(int dtype) { return dtype == 0 ? 4 : 2; }
+
 inline constexpr bool is_backward(OpKind op) {
   return op == OpKind::kSoftmaxBackward || op == OpKind::kNormBackward;
 }
