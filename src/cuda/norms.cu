@@ -458,21 +458,16 @@ struct ParamGradSums {
   unsigned *counter = nullptr; // in-kernel finalize: blocks finished; null: a finalize kernel follows
 };
 
-// dgamma[col + i] = g[i] and dbeta[col + i] = b[i] in the gradients' dtype.
-template <int V>
-__device__ __forceinline__ void store_param_grads(const xvk_norm_backward_args &a, int64_t col, const float (&g)[V],
-                                                  const float (&b)[V]) {
-  auto store = [&](void *out, const float (&v)[V]) {
+// dgamma[col] = g and dbeta[col] = b in the gradients' dtype.
+__device__ __forceinline__ void store_param_grads(const xvk_norm_backward_args &a, int64_t col, float g, float b) {
+  auto store = [&](void *out, float v) {
     if (!out) return;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (a.dparam_dtype == XVK_DTYPE_F16)
-        static_cast<half *>(out)[col + i] = from_float<half>(v[i]);
-      else if (a.dparam_dtype == XVK_DTYPE_BF16)
-        static_cast<bfloat16 *>(out)[col + i] = from_float<bfloat16>(v[i]);
-      else
-        static_cast<float *>(out)[col + i] = v[i];
-    }
+    if (a.dparam_dtype == XVK_DTYPE_F16)
+      static_cast<half *>(out)[col] = from_float<half>(v);
+    else if (a.dparam_dtype == XVK_DTYPE_BF16)
+      static_cast<bfloat16 *>(out)[col] = from_float<bfloat16>(v);
+    else
+      static_cast<float *>(out)[col] = v;
   };
   store(a.dgamma, g);
   store(a.dbeta, b);
@@ -525,21 +520,21 @@ __device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const Pa
       for (int k = 0; k < 4; ++k) sg[k] += vg[k], sb[k] += vb[k];
     }
     for (; part < parts; part += lanes, p += stride) sg[0] += p[0], sb[0] += p[cols];
-    const float g[1] = {(sg[0] + sg[1]) + (sg[2] + sg[3])}, b[1] = {(sb[0] + sb[1]) + (sb[2] + sb[3])};
+    const float g = (sg[0] + sg[1]) + (sg[2] + sg[3]), b = (sb[0] + sb[1]) + (sb[2] + sb[3]);
     if (lanes == 1) {
-      store_param_grads<1>(a, col, g, b);
+      store_param_grads(a, col, g, b);
     } else {
-      s.lane_sums[lane * 2 * cols + col] = g[0];
-      s.lane_sums[lane * 2 * cols + cols + col] = b[0];
+      s.lane_sums[lane * 2 * cols + col] = g;
+      s.lane_sums[lane * 2 * cols + cols + col] = b;
     }
   }
   if (lanes > 1) {
     __syncthreads();
     const int col = t;
     if (col < cols) {
-      float g[1] = {0.0f}, b[1] = {0.0f};
-      for (int l = 0; l < lanes; ++l) g[0] += s.lane_sums[l * 2 * cols + col], b[0] += s.lane_sums[l * 2 * cols + cols + col];
-      store_param_grads<1>(a, col, g, b);
+      float g = 0.0f, b = 0.0f;
+      for (int l = 0; l < lanes; ++l) g += s.lane_sums[l * 2 * cols + col], b += s.lane_sums[l * 2 * cols + cols + col];
+      store_param_grads(a, col, g, b);
     }
   }
   if (t == 0) *s.counter = 0;  // ready for the next kernel on the stream
@@ -910,7 +905,7 @@ __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
   const bool in = col < a.cols;
   const int64_t per_slice = (parts + gridDim.y - 1) / gridDim.y;
   const int64_t begin = int64_t(blockIdx.y) * per_slice, end = begin + per_slice < parts ? begin + per_slice : parts;
-  float g[1] = {0.0f}, b[1] = {0.0f};
+  float g = 0.0f, b = 0.0f;
   if (in) {
     constexpr int K = kFinalizeInFlight;
     const int64_t stride = 2 * a.cols;  // floats from one part to the next
@@ -934,22 +929,22 @@ __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
     for (int k = 0; k < 4; ++k) sg[k] += sg[k + 4], sb[k] += sb[k + 4];
 #pragma unroll
     for (int k = 0; k < 2; ++k) sg[k] += sg[k + 2], sb[k] += sb[k + 2];
-    g[0] = sg[0] + sg[1], b[0] = sb[0] + sb[1];
+    g = sg[0] + sg[1], b = sb[0] + sb[1];
   }
-  lane_sums[y][0][x] = g[0], lane_sums[y][1][x] = b[0];
+  lane_sums[y][0][x] = g, lane_sums[y][1][x] = b;
   for (int half = lanes / 2; half > 0; half /= 2) {
     __syncthreads();
     if (y < half) lane_sums[y][0][x] += lane_sums[y + half][0][x], lane_sums[y][1][x] += lane_sums[y + half][1][x];
   }
   __syncthreads();
-  g[0] = lane_sums[0][0][x], b[0] = lane_sums[0][1][x];
+  g = lane_sums[0][0][x], b = lane_sums[0][1][x];
   if (gridDim.y == 1) {
-    if (y == 0 && in) store_param_grads<1>(a, col, g, b);
+    if (y == 0 && in) store_param_grads(a, col, g, b);
     return;
   }
   if (y == 0 && in) {
     float *mine = slice_sums + int64_t(blockIdx.y) * 2 * a.cols + col;
-    mine[0] = g[0], mine[a.cols] = b[0];
+    mine[0] = g, mine[a.cols] = b;
   }
   __threadfence();  // this slice's sums, before its ticket
   __syncthreads();
@@ -958,12 +953,12 @@ __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
   if (!last) return;
   __threadfence();  // every slice's sums, after the last ticket
   if (y == 0 && in) {
-    g[0] = b[0] = 0.0f;
+    g = b = 0.0f;
     for (unsigned slice = 0; slice < gridDim.y; ++slice) {
       const float *theirs = slice_sums + int64_t(slice) * 2 * a.cols + col;
-      g[0] += theirs[0], b[0] += theirs[a.cols];
+      g += theirs[0], b += theirs[a.cols];
     }
-    store_param_grads<1>(a, col, g, b);
+    store_param_grads(a, col, g, b);
   }
   if (x == 0 && y == 0) counters[blockIdx.x] = 0;  // ready for the next kernel on the stream
 }
