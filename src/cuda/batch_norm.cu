@@ -1285,9 +1285,9 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
         kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile, w.partials);
         status = check_launch("batch_norm reduce (columns)");
       };
-      // One instance where the two bounds agree.
+      // Both layouts share one instance where the source's two block bounds
+      // agree; `vec` below keeps each layout within its source's widest vector.
       constexpr bool kLongRows = Src::kLongRowMinBlocks != Src::kLastMinBlocks;
-      // `vec` below keeps each layout's vectors within its source's bound.
       if (p.channels_last) {
         if constexpr (VEC <= Src::kLastMaxVec) launch(reduce_columns<Src, VEC, false>);
       } else if constexpr (VEC <= Src::kLongRowMaxVec) {
