@@ -517,6 +517,12 @@ __device__ __forceinline__ float channel_shift(const T *x, int64_t ch, int64_t s
 // kPartialItems (ragged planes): any bits; otherwise each use[u] is all or
 // nothing (only a part's last batch has unused items), so the sums drop
 // unused items whole and need no per-element test.
+// A source's kLastMaxVec and kLongRowMaxVec bound the vectors of its column
+// reduction for channels-last and channels-first rows: kMaxVec, or
+// kNarrowVec where 8-byte vectors of 16-bit data measured faster.
+template <class T>
+inline constexpr int kNarrowVec = sizeof(T) == 2 ? kMaxVec<T> / 2 : kMaxVec<T>;
+
 template <class T, int VEC>
 struct StatsSource : Welford {
   const T *x;
@@ -535,7 +541,7 @@ struct StatsSource : Welford {
   // 3, so c = 512 blocks run in one wave of 528 slots on an H200, not 1.3
   // (256x512x28x28 fp16 statistics 72 -> 55 us).
   static constexpr int kFirstMinBlocks = 4, kLastMinBlocks = 3;
-  static constexpr int kLastMaxVec = sizeof(T) == 2 ? kMaxVec<T> / 2 : kMaxVec<T>;
+  static constexpr int kLastMaxVec = kNarrowVec<T>;
   // Channels-first rows by columns: 16-byte vectors, bounded as channels-last.
   static constexpr int kLongRowMaxVec = kMaxVec<T>, kLongRowMinBlocks = kLastMinBlocks;
   struct Item {
@@ -679,7 +685,7 @@ struct GradSource : Sums {
   // backward 6-7% faster, 14 x 14 within 0.5%; 16-byte vectors two rows at
   // a time at 3 blocks (a 60-byte spill) ran the same, four 8-byte rows at a
   // time 1-4% slower.
-  static constexpr int kLongRowMaxVec = sizeof(T) == 2 ? kMaxVec<T> / 2 : kMaxVec<T>;
+  static constexpr int kLongRowMaxVec = kNarrowVec<T>;
   static constexpr int kLongRowMinBlocks = 3;
   struct Item {
     Pack<T, VEC> g, x;
