@@ -23,7 +23,9 @@
 // channels-first planes that are not whole vectors, where finalize merges a
 // channel's s columns; make_plan chooses). Inference only runs pass 2. A
 // training forward that fits in shared memory may instead run as one
-// cooperative kernel (forward_single_pass), which reads x once. finalize and
+// cooperative kernel (forward_single_pass, forward_single_pass_last for
+// channels-last), which reads x once, where the tuning table says it is
+// faster (on sm_90: nowhere, see tuning/sm90_batch_norm.cpp). finalize and
 // pass 2 start by launch_after_previous (programmatic dependent launch on
 // sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
@@ -33,6 +35,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 
 #include "cuda/launch.cuh"
 
@@ -1047,13 +1050,58 @@ __device__ void grid_barrier(unsigned *counter) {
 
 constexpr int kSinglePassThreads = 1024;
 
+// Copies a block's `count` contiguous vectors of x into its shared-memory
+// tile all at once (4 loads in flight per thread), so DRAM latency is paid
+// once, not once per plane or row.
+template <class T, int VEC>
+__device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> *tile, int count) {
+  constexpr int U = 4;
+  for (int v0 = threadIdx.x; v0 < count; v0 += U * int(blockDim.x)) {
+    Pack<T, VEC> packs[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (v0 + u * int(blockDim.x) < count) packs[u] = load_global(src + v0 + u * int(blockDim.x));
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (v0 + u * int(blockDim.x) < count) tile[v0 + u * int(blockDim.x)] = packs[u];
+  }
+  __syncthreads();
+}
+
+// After the grid barrier: the warp's merge of a channel's `count` states
+// states[(first + i * stride) * K], i = 0 .. count - 1, published by other
+// blocks. Lane m takes i = m, m + W, ... in order, then a butterfly, so every
+// block that merges a channel gets the same bits. The states are read
+// through volatile loads (not from a stale L1), U states' loads issued
+// before any is merged: a merge between loads made each load wait for the
+// last (forward_single_pass_last, 132 states a channel: 67 -> 59 us).
+__device__ __forceinline__ void merge_published_states(const float *states, int64_t count, int64_t first,
+                                                       int64_t stride, float (&a)[Welford::K]) {
+  constexpr int K = Welford::K, U = 4;
+  const int lane = lane_id();
+  Welford::identity(a);
+  for (int64_t i0 = 0; i0 < count; i0 += U * kWarpSize) {
+    float part[U][K];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = i0 + u * kWarpSize + lane;
+      const float *q = states + (first + i * stride) * K;
+#pragma unroll
+      for (int k = 0; k < K; ++k) part[u][k] = i < count ? load_volatile_global(q + k) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) Welford::merge(a, part[u]);
+  }
+  warp_merge<Welford>(a, kWarpSize);
+}
+
 // Block b owns a run of whole (n, c) planes, which it loads once into shared
 // memory. Its warps then take each plane's Welford state (several warps per
 // plane when the block has fewer planes than warps) and publish it. After the
-// grid barrier, warp w merges the N states of its planes' channels, lane m
-// taking planes n = m, m + 32, ... in order and then a butterfly, so every
-// block that needs a channel computes it identically; the owner of plane
-// (0, c) writes channel c's saved and running statistics. Last, the block
+// grid barrier, warp w merges the N states of its planes' channels
+// (merge_published_states: every block that needs a channel computes it
+// identically); the owner of plane (0, c) writes channel c's saved and
+// running statistics. Last, the block
 // normalizes its planes from shared memory and writes y and the mask (planes
 // hold whole mask words: s % 32 == 0). Shared memory: the planes'
 // coefficients, then the tile.
@@ -1071,23 +1119,8 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   Coef *coef = smem_coef;
   Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(smem_coef + max_own);
   const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
-  // The block's planes are contiguous in x: copy them all at once (4 loads
-  // in flight per thread) so DRAM latency is paid once, not once per plane.
-  {
-    const Pack<T, VEC> *src = reinterpret_cast<const Pack<T, VEC> *>(x + p0 * sh.s);
-    const int count = own * vectors;
-    constexpr int U = 4;
-    for (int v0 = threadIdx.x; v0 < count; v0 += U * int(blockDim.x)) {
-      Pack<T, VEC> packs[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (v0 + u * int(blockDim.x) < count) packs[u] = load_global(src + v0 + u * int(blockDim.x));
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (v0 + u * int(blockDim.x) < count) tile[v0 + u * int(blockDim.x)] = packs[u];
-    }
-    __syncthreads();
-  }
+  // The block's planes are contiguous in x.
+  load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + p0 * sh.s), tile, own * vectors);
   // Per-plane states: `per_plane` warps on each of `groups` planes at a time.
   const int per_plane = own > 0 ? max(1, warps / own) : 1, groups = warps / per_plane;
   for (int base = 0; base < own; base += groups) {
@@ -1128,14 +1161,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   for (int pl = warp; pl < own; pl += warps) {
     const int64_t p = p0 + pl, n = p / sh.c, ch = p - n * sh.c;
     float a[K];
-    Welford::identity(a);
-    for (int64_t m = lane; m < sh.n; m += kWarpSize) {
-      float b[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) b[k] = load_volatile_global(plane_stats + (m * sh.c + ch) * K + k);
-      Welford::merge(a, b);
-    }
-    warp_merge<Welford>(a, kWarpSize);
+    merge_published_states(plane_stats, sh.n, ch, sh.c, a);  // plane (m, ch) is state m * c + ch
     if (lane == 0) coef[pl] = stats.finish(ch, a, n == 0);
   }
   __syncthreads();
@@ -1152,6 +1178,155 @@ __global__ void __launch_bounds__(kSinglePassThreads)
       unpack(tile[v], xf);
       if (z) load_vec<T, VEC>(z + e, zf);
       bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int) { return k; }, out);
+      store_vec<T, VEC>(y + e, out);
+    }
+    if (mask) store_mask_word<VEC>(mask, e, bits, lane % (kWordBits / VEC), v < count);
+  }
+}
+
+// Welford states of VEC channels that have seen the same number of values
+// (one row of VEC channels at a time), so they share the count and its
+// reciprocal. merge() is Welford::merge per channel.
+template <int VEC>
+struct RowWelford {
+  float n = 0.0f, mean[VEC] = {}, m2[VEC] = {};
+  __device__ __forceinline__ void add(const float (&v)[VEC]) {
+    n += 1.0f;
+    const float w = 1.0f / n;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float d = v[j] - mean[j];
+      mean[j] += d * w;
+      m2[j] += d * (v[j] - mean[j]);
+    }
+  }
+  __device__ __forceinline__ void merge(const RowWelford &b) {
+    if (b.n == 0.0f) return;
+    const float total = n + b.n, w = b.n / total;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float d = b.mean[j] - mean[j];
+      mean[j] += d * w;
+      m2[j] += b.m2[j] + d * d * n * w;
+    }
+    n = total;
+  }
+};
+
+// The largest number of warps of a single-pass block (warps of the narrowest
+// width), which sizes its per-warp shared state.
+constexpr int kSinglePassMaxWarps = kSinglePassThreads / kMinWarpSize;
+
+// Channels-last (n * s rows of c channels, c / VEC = `packs` vectors a row, a
+// power of two up to the narrowest warp): block b owns a run of whole rows
+// that starts on a mask word (runs of row_align rows), loaded once into
+// shared memory. Thread t always takes vector t % packs of a row, so it
+// keeps one Welford state for its VEC channels; the lanes of a warp with the
+// same vector merge by a butterfly, then thread ch < c merges the warps'
+// states of channel ch in order and publishes the block's state, channel by
+// channel (a channel's states adjacent: 32 lanes read 384 contiguous bytes
+// rather than 32 lines). After the grid barrier, one warp of the grid merges
+// each channel's states of all blocks (merge_published_states) and writes
+// its statistics and coefficients, and after a second barrier every block
+// normalizes its rows from shared memory. Shared memory: the c coefficients,
+// the tile, then the warps' states.
+template <class T, int VEC>
+__global__ void __launch_bounds__(kSinglePassThreads)
+    forward_single_pass_last(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu,
+                             StatsFinish<T> stats, float *block_stats, unsigned *counter, int row_align,
+                             Coef *channel_coef) {
+  constexpr int K = Welford::K;
+  extern __shared__ Coef smem_coef[];  // 16-byte aligned
+  const int c = int(sh.c), packs = c / VEC;
+  const int64_t units = (sh.rows + row_align - 1) / row_align;
+  const int64_t r0 = min(sh.rows, units * blockIdx.x / gridDim.x * row_align);
+  const int64_t r1 = min(sh.rows, units * (blockIdx.x + 1) / gridDim.x * row_align);
+  const int max_rows = int((units + gridDim.x - 1) / gridDim.x * row_align);
+  const int count = int((r1 - r0) * packs);
+  Coef *coef = smem_coef;
+  Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(smem_coef + c);
+  float *warp_mean = reinterpret_cast<float *>(tile + int64_t(max_rows) * packs);  // [warp][c]
+  float *warp_m2 = warp_mean + kSinglePassMaxWarps * c;                             // [warp][c]
+  float *warp_n = warp_m2 + kSinglePassMaxWarps * c;                                // [warp][packs]
+  const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
+  load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c), tile, count);
+  {
+    const int pk = int(threadIdx.x) % packs;  // blockDim.x is a multiple of packs
+    float shift[VEC];  // channel_shift of the thread's channels: row 0
+    unpack(load_pack<T, VEC>(x, int64_t(pk) * VEC), shift);
+    RowWelford<VEC> st;
+    for (int v = threadIdx.x; v < count; v += blockDim.x) {
+      float d[VEC];
+      unpack(tile[v], d);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) d[j] -= shift[j];
+      st.add(d);
+    }
+    for (int o = packs; o < kWarpSize; o *= 2) {
+      RowWelford<VEC> b;
+      b.n = shfl_xor(st.n, o, kWarpSize);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        b.mean[j] = shfl_xor(st.mean[j], o, kWarpSize);
+        b.m2[j] = shfl_xor(st.m2[j], o, kWarpSize);
+      }
+      st.merge(b);
+    }
+    if (lane < packs) {
+      warp_n[warp * packs + lane] = st.n;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        warp_mean[warp * c + lane * VEC + j] = st.mean[j];
+        warp_m2[warp * c + lane * VEC + j] = st.m2[j];
+      }
+    }
+    __syncthreads();
+    for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+      float a[K];
+      Welford::identity(a);
+      for (int w = 0; w < warps; ++w) {
+        const float b[K] = {warp_n[w * packs + ch / VEC], warp_mean[w * c + ch], warp_m2[w * c + ch]};
+        Welford::merge(a, b);
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) block_stats[(int64_t(ch) * gridDim.x + blockIdx.x) * K + k] = a[k];
+    }
+  }
+  grid_barrier(counter);
+  // Each channel once, by one warp somewhere in the grid (channel ch: warp
+  // ch % warps of block ch / warps, ...), then a second barrier and every
+  // block copies the c coefficients. With every block merging every channel
+  // itself (blocks x c states each, all from one small region of L2) the
+  // kernel took 59 us against 30 for two passes (NHWC 16x32x112x112 fp16).
+  for (int ch = int(blockIdx.x) * warps + warp; ch < c; ch += int(gridDim.x) * warps) {
+    float a[K];
+    merge_published_states(block_stats, gridDim.x, ch * int64_t(gridDim.x), 1, a);
+    if (lane == 0) channel_coef[ch] = stats.finish(ch, a, true);
+  }
+  grid_barrier(counter + 2);  // its own counters: blocks may reach it while the first one's last leaves
+  for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+    const float *q = reinterpret_cast<const float *>(channel_coef + ch);
+    coef[ch] = Coef{load_volatile_global(q), load_volatile_global(q + 1), load_volatile_global(q + 2),
+                    load_volatile_global(q + 3)};
+  }
+  __syncthreads();
+  // Normalize: the flat walk of the channels-first kernel; a thread's vectors
+  // are all vector t % packs of their rows, so its coefficients stay in
+  // registers.
+  const int ch0 = (int(threadIdx.x) % packs) * VEC;
+  Coef k[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) k[j] = coef[ch0 + j];
+  const int64_t e0 = r0 * c;
+  for (int v0 = int(threadIdx.x) - lane; v0 < count; v0 += int(blockDim.x)) {
+    const int v = v0 + lane;
+    const int64_t e = e0 + int64_t(v) * VEC;
+    uint32_t bits = 0;
+    if (v < count) {
+      float xf[VEC], zf[VEC], out[VEC];
+      unpack(tile[v], xf);
+      if (z) load_vec<T, VEC>(z + e, zf);
+      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int j) { return k[j]; }, out);
       store_vec<T, VEC>(y + e, out);
     }
     if (mask) store_mask_word<VEC>(mask, e, bits, lane % (kWordBits / VEC), v < count);
@@ -1366,24 +1541,47 @@ int single_pass_override() {
 }
 
 // The training forward as one cooperative kernel, when the table asks for it
-// and it can run: channels-first, 16-byte aligned, planes of whole mask
-// words, the largest run of planes per block fits in one SM's shared memory.
-// Returns false (and launches nothing) otherwise.
+// and it can run: 16-byte aligned; channels-first with planes of whole mask
+// words, or channels-last with rows of a power-of-two number of vectors up
+// to the narrowest warp (forward_single_pass_last); one block per SM whose
+// largest run of planes or rows fits in its shared memory. Returns false
+// (and launches nothing) otherwise.
 template <class T>
 bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan &p, const StatsFinish<T> &stats,
                  xvk_status_t &status) {
   const int override = single_pass_override();
   const BatchNormTuning *tuning = ctx.info->table->batch_norm;
   const int64_t bytes = p.sh.numel * int64_t(sizeof(T));
-  if (override == 0 || (override != 1 && (!tuning || bytes > tuning->single_pass_max_bytes))) return false;
-  if (p.channels_last || p.apply_vec == 1 || p.sh.s % kWordBits != 0 || !ctx.info->cooperative_launch) return false;
+  const int64_t max_bytes = !tuning              ? 0
+                            : p.channels_last ? tuning->single_pass_max_bytes_channels_last
+                                              : tuning->single_pass_max_bytes_channels_first;
+  if (override == 0 || (override != 1 && bytes > max_bytes)) return false;
+  if (p.apply_vec == 1 || !ctx.info->cooperative_launch) return false;
   constexpr int VEC = kMaxVec<T>;
-  auto kernel = forward_single_pass<T, VEC>;
+  const Shape &sh = p.sh;
   const int blocks = ctx.info->sm_count;
-  const int64_t planes = p.sh.n * p.sh.c;
-  const int64_t max_own = (planes + blocks - 1) / blocks;  // planes per block, at most
-  const int64_t smem = max_own * (int64_t(sizeof(Coef)) + p.sh.s * int64_t(sizeof(T)));
-  constexpr int kStaticSmem = 1024;  // the kernel's own shared variables, with room to spare
+  int64_t smem = 0, states = 0;  // dynamic shared memory; partial Welford states in the workspace
+  int row_align = 1;
+  void *kernel = nullptr;
+  if (!p.channels_last) {
+    if (sh.s % kWordBits != 0) return false;
+    const int64_t planes = sh.n * sh.c;
+    const int64_t max_own = (planes + blocks - 1) / blocks;  // planes per block, at most
+    smem = max_own * (int64_t(sizeof(Coef)) + sh.s * int64_t(sizeof(T)));
+    states = planes;
+    kernel = reinterpret_cast<void *>(forward_single_pass<T, VEC>);
+  } else {
+    const int64_t packs = sh.c / VEC;
+    if (sh.c % VEC != 0 || packs > kMinWarpSize || (packs & (packs - 1)) != 0) return false;
+    row_align = kWordBits / int(std::gcd(sh.c, int64_t(kWordBits)));  // rows of whole mask words
+    const int64_t units = (sh.rows + row_align - 1) / row_align;
+    const int64_t max_rows = (units + blocks - 1) / blocks * row_align;
+    smem = sh.c * int64_t(sizeof(Coef)) + max_rows * sh.c * int64_t(sizeof(T)) +
+           kSinglePassMaxWarps * (2 * sh.c + packs) * int64_t(sizeof(float));
+    states = int64_t(blocks) * sh.c;
+    kernel = reinterpret_cast<void *>(forward_single_pass_last<T, VEC>);
+  }
+  constexpr int kStaticSmem = 1024;  // the kernels' own shared variables, with room to spare
   if (smem + kStaticSmem > ctx.info->max_smem_per_block) return false;
   if (set_max_dynamic_smem(kernel, int(smem)) != kSuccess) {
     (void)get_last_error();
@@ -1394,22 +1592,28 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
     (void)get_last_error();
     return false;
   }
+  // Workspace: the channels-last kernel's c coefficients (16-byte aligned),
+  // then the partial states. Counters: two grid barriers' pairs.
+  const int64_t coef_count = p.channels_last ? sh.c : 0;
   void *base = nullptr;
-  error_t e = ctx.workspace(size_t(planes) * Welford::K * sizeof(float), &base);
+  error_t e = ctx.workspace(size_t(coef_count) * sizeof(Coef) + size_t(states) * Welford::K * sizeof(float), &base);
   unsigned *counter = nullptr;
-  if (e == kSuccess) e = ctx.completion_counters(2, &counter);
+  if (e == kSuccess) e = ctx.completion_counters(4, &counter);
   if (e != kSuccess) {
     status = device_error("allocating the workspace", e);
     return true;
   }
-  Shape sh = p.sh;
+  Shape shape = sh;
   const T *x = static_cast<const T *>(a.x), *z = static_cast<const T *>(a.z);
   T *y = static_cast<T *>(a.y);
   uint32_t *mask = a.mask;
   int relu_flag = a.relu;
   StatsFinish<T> st = stats;
-  float *plane_stats = static_cast<float *>(base);
-  void *args[] = {&sh, &x, &z, &y, &mask, &relu_flag, &st, &plane_stats, &counter};
+  Coef *channel_coef = static_cast<Coef *>(base);
+  float *partial_states = reinterpret_cast<float *>(channel_coef + coef_count);
+  // The channels-first kernel's parameters are the first nine (a launch reads
+  // as many as the kernel has).
+  void *args[] = {&shape, &x, &z, &y, &mask, &relu_flag, &st, &partial_states, &counter, &row_align, &channel_coef};
   e = launch_cooperative(kernel, unsigned(blocks), kSinglePassThreads, args, size_t(smem), ctx.stream);
   status = e == kSuccess ? XVK_SUCCESS : device_error("batch_norm single-pass forward", e);
   return true;

@@ -24,7 +24,9 @@
 //   - shapes: C in {1, 3, 5, 7, 64, 1000, 2049}, H*W in {1, 7*7, 13, 14*14,
 //     112*112}, N in {1, 2, 3, 32}; random odd shapes; large M per channel
 //     ((256, 3, 64, 64): ~1e6 values per channel); many channels channels-last
-//     ((8, 4099, 3, 3)); M == 1 (inference only: training needs M > 1).
+//     ((8, 4099, 3, 3)); M == 1 (inference only: training needs M > 1);
+//     channels-last C = 8 .. 256, rows of 1 to 64 vectors (the channels-last
+//     single-pass forward's cases and its limits).
 //   - misaligned data: a byte_offset of one element breaks 16-byte alignment,
 //     on every tensor of a call or on one of them (x, z, y, dy, dx, dz, the
 //     mask, gamma, beta, running or saved statistics, dgamma/dbeta).
@@ -909,6 +911,29 @@ TEST_CASE("batch_norm: channels-first planes of no whole vector with N >= 64 (st
   int i = 0;
   for (DType t : kAllDtypes)
     for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));
+}
+
+TEST_CASE("batch_norm: channels-last shapes of the single-pass forward (rows of 1 to 32 whole vectors)") {
+  // C = 8 .. 256: 1, 2, 4, 16, 32 vectors a row in 16-bit (2 .. 64 in
+  // float32, where 256 is too many and takes two passes); rows that are not
+  // a whole number of mask words' rows (75 rows of 8), fewer rows than
+  // blocks, ~100 rows per block (16 x 32 x 28 x 28). Under
+  // XVK_BATCH_NORM_SINGLE_PASS=0 these are the two-pass kernels' cases.
+  const std::vector<Dims> shapes = {{3, 8, {5, 5}}, {2, 16, {9, 7}}, {16, 32, {28, 28}}, {2, 128, {13, 13}},
+                                    {1, 256, {30, 30}}, {3, 32, {1, 1}}};
+  int i = 0;
+  for (DType t : kAllDtypes)
+    for (Mem mem : {Mem::last, Mem::nhwc})
+      for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, mem, i++));
+  for (DType t : kAllDtypes) {
+    Case k = make_case(t, 4, 32, {7, 7}, Mem::nhwc, 1);
+    if (t == DType::f32) k.mean = 1e4, k.sd = 1e-2, k.epsilon = 1e-5f;
+    else k.mean = 100;
+    run_case(k);
+    Case n = make_case(t, 4, 16, {7, 7}, Mem::last, 4);
+    n.nan = true;
+    run_case(n);
+  }
 }
 
 TEST_CASE("batch_norm: the (N, C) case") {

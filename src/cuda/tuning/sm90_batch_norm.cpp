@@ -1,24 +1,27 @@
 // sm_90 BatchNorm tuning: the activation size up to which the training
 // forward runs as one cooperative kernel (x read once, kept in shared memory)
-// rather than two passes. Set from `xvk-bench --batch-norm` on the H100 (see
-// bench/results/); the kernel also has to fit, which batch_norm.cu checks.
+// rather than two passes, per memory order. Set from `xvk-bench --batch-norm`
+// with XVK_BATCH_NORM_SINGLE_PASS=0 and =1 (see bench/results/); the kernel
+// also has to fit, which batch_norm.cu checks.
 #include "cuda/tuning/tuning.hpp"
 
 namespace xvk::gpu {
 
 extern const BatchNormTuning kBatchNormSm90;
-// Measured on an H100 80GB HBM3 (`run_on_gpu.sh bnsinglepass`, tree d811455,
-// bench/results/h100-2026-11-23-batch-norm-two-pass-stats.txt): NCHW
-// 16x32x112x112 bn+relu forward, two passes against one, fp16 35.6 -> 25.4
-// us, bf16 32.5 -> 25.1 us, fp32 44.7 -> 34.5 us (add+relu: 39.9 -> 32.1,
-// 36.4 -> 31.7, 52.7 -> 46.4); 256x2048x7x7 does not qualify (planes of 49:
-// not whole mask words) and is unchanged. One pass wins wherever it fits, so
-// the limit is about what fits: 132 SMs x 227 KB of shared memory is 29.3 MiB.
-// On an H200 after the two-pass kernels got faster (tree of 77bfe9f,
-// `run_on_gpu.sh bnsinglepass`), one pass against two on that case: bn+relu
-// fp16 24.86 -> 23.65 us, bf16 23.94 -> 23.10, fp32 34.94 -> 30.69; but
-// bn+add+relu fp16 27.97 -> 28.58, bf16 27.04 -> 27.94 (slower), fp32
-// 40.77 -> 39.68. The limit is kept; this table cannot tell the two apart.
-const BatchNormTuning kBatchNormSm90 = {int64_t(28) << 20, "H100: one pass wherever the tile fits in shared memory"};
+// History, channels-first: on an H100 80GB HBM3 (tree d811455,
+// bench/results/h100-2026-11-23-batch-norm-two-pass-stats.txt) one pass won
+// on NCHW 16x32x112x112 (bn+relu fp16 35.6 -> 25.4 us). On an H200 the
+// two-pass kernels then caught up (tree of 77bfe9f: bn+relu fp16 24.86 ->
+// 23.65 us one pass, but bn+add+relu 27.97 -> 28.58).
+// Now (H200, 2026-11-25, sources 03f2806d68bdf1e1, each variant three times
+// alternated, best; bench/results/h200-2026-11-25-batch-norm-single-pass-off.txt),
+// (16, 32, 112, 112), two passes / one pass, us:
+//   NCHW bn+relu      fp16 22.5 / 23.5   bf16 22.2 / 23.2   fp32 32.0 / 30.2
+//   NCHW bn+add+relu  fp16 25.7 / 27.7   bf16 25.5 / 27.7   fp32 38.2 / 38.8
+//   NHWC bn+relu      fp16 29.7 / 29.8   bf16 29.8 / 30.1   fp32 40.4 / 34.7
+//   NHWC bn+add+relu  fp16 33.7 / 35.1   bf16 33.7 / 35.1   fp32 46.9 / 43.8
+// One pass loses in both orders in 16-bit and wins in fp32 in three of
+// four; a limit in bytes cannot pick fp32 alone, so both are off.
+const BatchNormTuning kBatchNormSm90 = {0, 0, "H200: two passes (one pass measured slower in 16-bit, both orders)"};
 
 }  // namespace xvk::gpu

@@ -190,10 +190,12 @@ struct TuningEntry {
 // BatchNorm's training forward runs as two passes over x (statistics, then
 // normalize) or, when the activation fits in the shared memory of all SMs, as
 // one cooperative kernel that keeps it there across a grid-wide barrier and
-// reads x once. The table says up to what size the single pass is worth it.
+// reads x once. The table says up to what size the single pass is worth it,
+// per memory order (the two orders have different single-pass kernels).
 struct BatchNormTuning {
-  int64_t single_pass_max_bytes;  // activation bytes; 0: never single pass
-  const char *source;             // the measurement behind the number
+  int64_t single_pass_max_bytes_channels_first;  // activation bytes; 0: never single pass
+  int64_t single_pass_max_bytes_channels_last;
+  const char *source;  // the measurement behind the numbers
 };
 
 struct TuningTable {
