@@ -1101,10 +1101,9 @@ __device__ __forceinline__ void merge_published_states(const float *states, int6
 // grid barrier, warp w merges the N states of its planes' channels
 // (merge_published_states: every block that needs a channel computes it
 // identically); the owner of plane (0, c) writes channel c's saved and
-// running statistics. Last, the block
-// normalizes its planes from shared memory and writes y and the mask (planes
-// hold whole mask words: s % 32 == 0). Shared memory: the planes'
-// coefficients, then the tile.
+// running statistics. Last, the block normalizes its planes from shared
+// memory and writes y and the mask (planes hold whole mask words: s % 32 ==
+// 0). Shared memory: the planes' coefficients, then the tile.
 template <class T, int VEC>
 __global__ void __launch_bounds__(kSinglePassThreads)
     forward_single_pass(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish<T> stats,
@@ -1581,8 +1580,9 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
     states = int64_t(blocks) * sh.c;
     kernel = reinterpret_cast<void *>(forward_single_pass_last<T, VEC>);
   }
-  constexpr int kStaticSmem = 1024;  // the kernels' own shared variables, with room to spare
-  if (smem + kStaticSmem > ctx.info->max_smem_per_block) return false;
+  // The kernels' own static shared memory stays below kSharedReserve (384
+  // bytes in the channels-first kernel, none in the channels-last one).
+  if (smem + kSharedReserve > ctx.info->max_smem_per_block) return false;
   if (set_max_dynamic_smem(kernel, int(smem)) != kSuccess) {
     (void)get_last_error();
     return false;
