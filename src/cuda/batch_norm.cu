@@ -25,7 +25,7 @@
 // training forward that fits in shared memory may instead run as one
 // cooperative kernel (forward_single_pass, forward_single_pass_last for
 // channels-last), which reads x once, where the tuning table says it is
-// faster (on sm_90: nowhere, see tuning/sm90_batch_norm.cpp). finalize and
+// faster (on sm_90: fp32 only, see tuning/sm90_batch_norm.cpp). finalize and
 // pass 2 start by launch_after_previous (programmatic dependent launch on
 // sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
@@ -1052,9 +1052,10 @@ constexpr int kSinglePassThreads = 1024;
 
 // Copies a block's `count` contiguous vectors of x into its shared-memory
 // tile all at once (4 loads in flight per thread), so DRAM latency is paid
-// once, not once per plane or row.
-template <class T, int VEC>
-__device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> *tile, int count) {
+// once, not once per plane or row; use(pack) sees each of the thread's
+// vectors as it arrives, in order (v = t, t + blockDim.x, ...).
+template <class T, int VEC, class Use>
+__device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> *tile, int count, Use use) {
   constexpr int U = 4;
   for (int v0 = threadIdx.x; v0 < count; v0 += U * int(blockDim.x)) {
     Pack<T, VEC> packs[U];
@@ -1063,7 +1064,10 @@ __device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> 
       if (v0 + u * int(blockDim.x) < count) packs[u] = load_global(src + v0 + u * int(blockDim.x));
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (v0 + u * int(blockDim.x) < count) tile[v0 + u * int(blockDim.x)] = packs[u];
+      if (v0 + u * int(blockDim.x) < count) {
+        tile[v0 + u * int(blockDim.x)] = packs[u];
+        use(packs[u]);
+      }
   }
   __syncthreads();
 }
@@ -1119,7 +1123,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(smem_coef + max_own);
   const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
   // The block's planes are contiguous in x.
-  load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + p0 * sh.s), tile, own * vectors);
+  load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + p0 * sh.s), tile, own * vectors, [](const Pack<T, VEC> &) {});
   // Per-plane states: `per_plane` warps on each of `groups` planes at a time.
   const int per_plane = own > 0 ? max(1, warps / own) : 1, groups = warps / per_plane;
   for (int base = 0; base < own; base += groups) {
@@ -1248,19 +1252,21 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   float *warp_m2 = warp_mean + kSinglePassMaxWarps * c;                             // [warp][c]
   float *warp_n = warp_m2 + kSinglePassMaxWarps * c;                                // [warp][packs]
   const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
-  load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c), tile, count);
   {
-    const int pk = int(threadIdx.x) % packs;  // blockDim.x is a multiple of packs
+    // The statistics come from the registers the tile is loaded through:
+    // every vector of this thread is vector t % packs of its row
+    // (blockDim.x is a multiple of packs), VEC fixed channels.
+    const int pk = int(threadIdx.x) % packs;
     float shift[VEC];  // channel_shift of the thread's channels: row 0
     unpack(load_pack<T, VEC>(x, int64_t(pk) * VEC), shift);
     RowWelford<VEC> st;
-    for (int v = threadIdx.x; v < count; v += blockDim.x) {
+    load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c), tile, count, [&](const Pack<T, VEC> &pack) {
       float d[VEC];
-      unpack(tile[v], d);
+      unpack(pack, d);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) d[j] -= shift[j];
       st.add(d);
-    }
+    });
     for (int o = packs; o < kWarpSize; o *= 2) {
       RowWelford<VEC> b;
       b.n = shfl_xor(st.n, o, kWarpSize);
@@ -1551,9 +1557,7 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   const int override = single_pass_override();
   const BatchNormTuning *tuning = ctx.info->table->batch_norm;
   const int64_t bytes = p.sh.numel * int64_t(sizeof(T));
-  const int64_t max_bytes = !tuning              ? 0
-                            : p.channels_last ? tuning->single_pass_max_bytes_channels_last
-                                              : tuning->single_pass_max_bytes_channels_first;
+  const int64_t max_bytes = tuning ? tuning->single_pass_max_bytes[p.channels_last][sizeof(T) == 4] : 0;
   if (override == 0 || (override != 1 && bytes > max_bytes)) return false;
   if (p.apply_vec == 1 || !ctx.info->cooperative_launch) return false;
   constexpr int VEC = kMaxVec<T>;
@@ -1580,18 +1584,12 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
     states = int64_t(blocks) * sh.c;
     kernel = reinterpret_cast<void *>(forward_single_pass_last<T, VEC>);
   }
-  // The kernels' own static shared memory stays below kSharedReserve (384
-  // bytes in the channels-first kernel, none in the channels-last one).
+  // kSharedReserve covers the kernels' own shared variables; 1024 threads
+  // of at most 64 registers (their launch bound) always fit an SM, so with
+  // the shared memory checked one block per SM is resident. The context
+  // allows the kernel its shared memory once, not per call.
   if (smem + kSharedReserve > ctx.info->max_smem_per_block) return false;
-  if (set_max_dynamic_smem(kernel, int(smem)) != kSuccess) {
-    (void)get_last_error();
-    return false;
-  }
-  int resident = 0;
-  if (occupancy_blocks_per_sm(&resident, kernel, kSinglePassThreads, size_t(smem)) != kSuccess || resident < 1) {
-    (void)get_last_error();
-    return false;
-  }
+  (void)ctx.blocks_per_sm(kernel, kSinglePassThreads, size_t(smem));
   // Workspace: the channels-last kernel's c coefficients (16-byte aligned),
   // then the partial states. Counters: two grid barriers' pairs.
   const int64_t coef_count = p.channels_last ? sh.c : 0;

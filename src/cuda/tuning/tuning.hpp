@@ -191,10 +191,11 @@ struct TuningEntry {
 // normalize) or, when the activation fits in the shared memory of all SMs, as
 // one cooperative kernel that keeps it there across a grid-wide barrier and
 // reads x once. The table says up to what size the single pass is worth it,
-// per memory order (the two orders have different single-pass kernels).
+// per memory order (the two orders have different single-pass kernels) and
+// element width (on the H200 one pass won in fp32 and lost in 16-bit).
 struct BatchNormTuning {
-  int64_t single_pass_max_bytes_channels_first;  // activation bytes; 0: never single pass
-  int64_t single_pass_max_bytes_channels_last;
+  // Activation bytes; 0: never single pass. [channels_last][4-byte elements].
+  int64_t single_pass_max_bytes[2][2];
   const char *source;  // the measurement behind the numbers
 };
 
