@@ -192,7 +192,8 @@ struct TuningEntry {
 // one cooperative kernel that keeps it there across a grid-wide barrier and
 // reads x once. The table says up to what size the single pass is worth it,
 // per memory order (the two orders have different single-pass kernels) and
-// element width (on the H200 one pass won in fp32 and lost in 16-bit).
+// element width (on the H200, channels-first, one pass won in fp32 and lost
+// in 16-bit; channels-last it won in both).
 struct BatchNormTuning {
   // Activation bytes; 0: never single pass. [channels_last][4-byte elements].
   int64_t single_pass_max_bytes[2][2];
