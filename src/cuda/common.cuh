@@ -203,6 +203,20 @@ __device__ __forceinline__ void issue_row(const Map &map, const T *row, bool val
   }
 }
 
+// Asks L2 for a lane's share of a row (prefetch_l2: no register, no wait),
+// one request per 128-byte line: from the lane whose vector starts the line.
+// For rows beyond the ones in flight in registers: their later loads then
+// find L2 rather than memory.
+template <class T, int VEC, int PACKS, class Map>
+__device__ __forceinline__ void prefetch_row_l2(const Map &map, const T *row, bool valid, int cols) {
+  if (!valid) return;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const T *v = row + map.col(p, VEC);
+    if (map.col(p, VEC) < cols && reinterpret_cast<uintptr_t>(v) % 128 < VEC * sizeof(T)) prefetch_l2(v);
+  }
+}
+
 template <class T, int VEC, int PACKS>
 __device__ __forceinline__ void unpack_row(const Pack<T, VEC> (&raw)[PACKS], float (&out)[PACKS][VEC]) {
 #pragma unroll
