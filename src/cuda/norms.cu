@@ -555,10 +555,11 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
   constexpr bool kPrefetch = PACKS * VEC * ROWS <= kNormBackwardPrefetchElems;
   // 16-bit lanes of two or more 16-byte packs also ask L2 for the rows one step
   // beyond those in registers (prefetch_row_l2: no registers). These
-  // kernels hold 100-250 registers, so few warps and few loads in flight per
-  // SM. H200, same run: 21 of 22 such cases 0.6-4.4% faster (bf16 8192 x
-  // 5120 4.4%); one pack (more warps resident) and float32 gained nothing
-  // or lost up to 21%.
+  // kernels hold 120-250 registers, so few warps and few loads in flight per
+  // SM. H200, against main in the same run (best of three): each such case
+  // of the benchmark 0.8-5.2% faster (RMSNorm bf16 8192 x 5120 98.6 -> 93.5
+  // us); lanes of one pack (more warps resident) and float32 kernels gained
+  // nothing or lost up to 21% (fp32 RMSNorm 8192 x 8192).
   constexpr bool kAheadL2 = sizeof(T) == 2 && VEC * sizeof(T) == kVectorBytes && PACKS >= 2;
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
