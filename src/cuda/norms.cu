@@ -560,7 +560,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
   // of the benchmark 0.8-5.2% faster (RMSNorm bf16 8192 x 5120 98.6 -> 93.5
   // us); lanes of one pack (more warps resident) and float32 kernels gained
   // nothing or lost up to 21% (fp32 RMSNorm 8192 x 8192).
-  constexpr bool kAheadL2 = sizeof(T) == 2 && VEC * sizeof(T) == kVectorBytes && PACKS >= 2;
+  constexpr bool kAheadL2 = kL2Prefetch && sizeof(T) == 2 && VEC * sizeof(T) == kVectorBytes && PACKS >= 2;
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   // gamma of the lane's columns; 0 past the last column, where dy reads as

@@ -324,7 +324,10 @@ __device__ __forceinline__ void wait_for_prior_kernel() {
 }
 
 // Asks for the 128-byte line at p to be brought into L2 (no register, no
-// wait): a load issued later finds it there. NVIDIA only; a no-op elsewhere.
+// wait): a load issued later finds it there. NVIDIA only; a no-op elsewhere,
+// so kernels leave such requests out where kL2Prefetch is false (their
+// address arithmetic changed AMD's register allocation).
+inline constexpr bool kL2Prefetch = XVK_GPU_CUDA;
 __device__ __forceinline__ void prefetch_l2(const void *p) {
 #if XVK_GPU_CUDA
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
