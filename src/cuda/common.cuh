@@ -217,6 +217,14 @@ __device__ __forceinline__ void prefetch_row_l2(const Map &map, const T *row, bo
   }
 }
 
+// Asks L2 for the bytes [p, p + bytes), the block's threads taking every
+// blockDim.x-th 128-byte step from p: a pointer and a counter per thread,
+// whatever the span, for kernels whose registers are all taken.
+__device__ __forceinline__ void prefetch_span_l2(const void *p, int64_t bytes) {
+  const char *c = static_cast<const char *>(p);
+  for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes; off += int64_t(blockDim.x) * 128) prefetch_l2(c + off);
+}
+
 template <class T, int VEC, int PACKS>
 __device__ __forceinline__ void unpack_row(const Pack<T, VEC> (&raw)[PACKS], float (&out)[PACKS][VEC]) {
 #pragma unroll

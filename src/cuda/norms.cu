@@ -818,7 +818,15 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
     const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
     const float mean = a.mean ? a.mean[row] : 0.0f, rstd = a.rstd[row];
     // Loads are issued pack by pack: with the sums held in registers, all of
-    // a row's packs at once would spill.
+    // a row's packs at once would spill. Lanes of up to 16 elements first ask
+    // L2 for the whole row (no registers), so the packs' loads wait on lines
+    // already requested rather than one memory round trip each. H200, same
+    // run: 16-bit 49152 x 16384 10.5-11.5% faster, fp32 1.6-2.9%; with 32
+    // elements (dbeta sums in shared memory, spills) up to 6% slower.
+    if constexpr (kL2Prefetch && PACKS * VEC <= 16) {
+      prefetch_span_l2(x, a.cols * int64_t(sizeof(T)));
+      prefetch_span_l2(dy, a.cols * int64_t(sizeof(T)));
+    }
     float sums[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
