@@ -25,7 +25,7 @@
 // training forward that fits in shared memory may instead run as one
 // cooperative kernel (forward_single_pass, forward_single_pass_last for
 // channels-last), which reads x once, where the tuning table says it is
-// faster (on sm_90: fp32 only, see tuning/sm90_batch_norm.cpp). finalize and
+// faster (tuning/sm90_batch_norm.cpp has the measurements). finalize and
 // pass 2 start by launch_after_previous (programmatic dependent launch on
 // sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
     // registers could not buy. H200: NHWC 16-bit inference 1.32 -> 1.21x the
     // copy time, bn+relu forward 1.49 -> 1.42x; prefetching z as well made
     // Add+ReLU 1% slower, and the backward (more registers) lost.
-    if (active && r >= step) prefetch_l2(x + e - step * sh.row_len);
+    if (kL2Prefetch && active && r >= step) prefetch_l2(x + e - step * sh.row_len);
     if (active) {
       const Pack<T, VEC> xs = load_pack<T, VEC>(x, e);
       Pack<T, VEC> zs;

@@ -823,7 +823,7 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
     // already requested rather than one memory round trip each. H200, same
     // run: 16-bit 49152 x 16384 10.5-11.5% faster, fp32 1.6-2.9%; with 32
     // elements (dbeta sums in shared memory, spills) up to 6% slower.
-    if constexpr (kL2Prefetch && PACKS * VEC <= 16) {
+    if constexpr (kL2Prefetch && PACKS * VEC <= kRereadSumsPrefetchElems) {
       prefetch_span_l2(x, a.cols * int64_t(sizeof(T)));
       prefetch_span_l2(dy, a.cols * int64_t(sizeof(T)));
     }

@@ -1,6 +1,6 @@
 // sm_90 BatchNorm tuning: the activation size up to which the training
 // forward runs as one cooperative kernel (x read once, kept in shared memory)
-// rather than two passes, per memory order. Set from `xvk-bench --batch-norm`
+// rather than two passes, per memory order and element width. Set from `xvk-bench --batch-norm`
 // with XVK_BATCH_NORM_SINGLE_PASS=0 and =1 (see bench/results/); the kernel
 // also has to fit, which batch_norm.cu checks.
 #include "cuda/tuning/tuning.hpp"

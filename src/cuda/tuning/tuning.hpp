@@ -84,6 +84,8 @@ inline constexpr int register_kernel_max_threads(OpKind op, int group, int elems
 // Its packs, the one list for complete_config and the kernels' instantiations.
 using RereadSumsPacks = std::integer_sequence<int, 1, 2, 4, 8, 16>;
 inline constexpr int kMaxRereadSumsElems = 64;
+// Lanes of up to this many elements ask L2 for a row before streaming it (norms.cu).
+inline constexpr int kRereadSumsPrefetchElems = 16;
 inline constexpr int reread_sums_registers_max_threads(int elems) { return elems <= 16 ? 1024 : elems <= 32 ? 512 : 0; }
 inline constexpr int reread_sums_beta_shared_max_threads(int elems) { return elems <= 32 ? 1024 : 512; }
 inline constexpr bool reread_sums_beta_shared(int elems, int threads) {
