@@ -225,6 +225,15 @@ __device__ __forceinline__ void prefetch_span_l2(const void *p, int64_t bytes) {
   for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes; off += int64_t(blockDim.x) * 128) prefetch_l2(c + off);
 }
 
+// The block register kernels (a row per block) that are also built asking
+// L2 for the block's next row once the current row's loads are done
+// (launch_block_rows chooses): those of 16-byte vectors and at least 64
+// bytes per thread, whose blocks are few and long-lived enough for memory to
+// go idle while they reduce and write a row. Others are built once, so that
+// their code (at the register bound) stays as it is.
+template <class T, int VEC, int PACKS>
+inline constexpr bool kHasL2RowAhead = kL2Prefetch && VEC * int(sizeof(T)) == kVectorBytes && PACKS * VEC * int(sizeof(T)) >= 64;
+
 template <class T, int VEC, int PACKS>
 __device__ __forceinline__ void unpack_row(const Pack<T, VEC> (&raw)[PACKS], float (&out)[PACKS][VEC]) {
 #pragma unroll

@@ -22,6 +22,7 @@ struct DeviceInfo {
   int max_smem_per_block = 48 * 1024;  // with the opt-in for dynamic shared memory
   bool cooperative_launch = false;
   bool dependent_launch = false;  // launch_dependent may overlap kernels (NVIDIA sm_90 and later)
+  int64_t l2_bytes = 0;
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;
   DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block}; }
@@ -158,6 +159,30 @@ template <class Kernel, class... Args>
 xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
                          int64_t rows_per_block, const Args &...args) {
   return launch_rows_smem(ctx, c, kernel, name, rows, rows_per_block, 0, args...);
+}
+
+// Whether a grid of `blocks` blocks, each streaming one row of row_bytes
+// (what a row's first read takes) at a time, asks L2 for each block's next
+// row while it finishes the current one (kHasL2RowAhead kernels): when two
+// rows per block take at most 40% of L2, so the request does not evict the
+// rows in use. XVK_L2_ROW_AHEAD=0 or =1 overrides the rule (for the
+// benchmark's A/B and the tests).
+bool l2_row_ahead(const Context &ctx, int64_t blocks, int64_t row_bytes);
+
+// launch_rows for the block register kernels (a row per block): `ahead`, the
+// build that asks L2 for the next row (kHasAhead), when l2_row_ahead says
+// so for its grid, else `plain`.
+template <bool kHasAhead, class Kernel, class... Args>
+xvk_status_t launch_block_rows(Context &ctx, const Config &c, Kernel plain, Kernel ahead, const char *name, int64_t rows,
+                               int64_t row_bytes, const Args &...args) {
+  if constexpr (kHasAhead) {
+    const int blocks = grid_blocks(ctx, rows, ctx.blocks_per_sm(ahead, c.threads, 0), c.blocks_per_sm);
+    if (l2_row_ahead(ctx, blocks, row_bytes)) {
+      ahead<<<blocks, c.threads, 0, ctx.stream>>>(args...);
+      return check_launch(name);
+    }
+  }
+  return launch_rows(ctx, c, plain, name, rows, 1, args...);
 }
 
 // Operators (softmax.cu, norms.cu). `forced` (from the tuner) overrides the

@@ -137,8 +137,11 @@ __device__ __forceinline__ float row_shift(const xvk_norm_forward_args &a, int64
 template <int PACKS, int VEC>
 inline constexpr bool kCacheAffine = PACKS * VEC <= 8;
 
-template <class T, int VEC, int PACKS, int G, int ROWS>
+// kAhead (kHasL2RowAhead shapes, a row per block): each block asks L2 for
+// its next row once the current row's loads are done.
+template <class T, int VEC, int PACKS, int G, int ROWS, bool kAhead = false>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) norm_forward_registers(const xvk_norm_forward_args a) {
+  static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;
   const RowMapping<G, ROWS> map;
@@ -214,6 +217,13 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
         RowReducer<G>::all_reduce(mean, SumOp{}, scratch);
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) mean[r] *= inv_cols;
+      }
+      if constexpr (kAhead) {
+        const int64_t next = base + map.row_step;
+        prefetch_row_l2<T, VEC, PACKS>(map, static_cast<const T *>(a.x.data) + next * a.x.row_stride, next < a.rows, a.cols);
+        if (a.residual.data)
+          prefetch_row_l2<T, VEC, PACKS>(map, static_cast<const T *>(a.residual.data) + next * a.residual.row_stride,
+                                         next < a.rows, a.cols);
       }
       // Second pass over registers: the exact variance around the mean.
       // (One all-reduce of per-lane Welford states by Chan's merge instead
@@ -1000,7 +1010,13 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
       break;
     case Variant::kBlock:
       with_block_packs(c.packs, [&](auto packs) {
-        status = launch_rows(ctx, c, norm_forward_registers<T, VEC, decltype(packs)::value, 0, 1>, "norm_forward_registers", a.rows, 1, a);
+        constexpr int P = decltype(packs)::value;
+        constexpr bool kAhead = kHasL2RowAhead<T, VEC, P>;
+        // A row's first read: x, and residual.
+        const int64_t row_bytes = a.cols * int64_t(sizeof(T)) * (a.residual.data ? 2 : 1);
+        status = launch_block_rows<kAhead>(ctx, c, norm_forward_registers<T, VEC, P, 0, 1>,
+                                           norm_forward_registers<T, VEC, P, 0, 1, kAhead>, "norm_forward_registers",
+                                           a.rows, row_bytes, a);
       });
       break;
     case Variant::kReread:

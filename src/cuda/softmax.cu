@@ -136,8 +136,11 @@ __device__ __forceinline__ float output_constant(float max, float sum) {
 
 // Softmax keeps each element's exponential for the output; log-softmax keeps
 // z - shift, the exponential only feeding the sum.
-template <bool kLog, bool kMasked, class T, int VEC, int PACKS, int G, int ROWS>
+// kAhead (kHasL2RowAhead shapes, a row per block): each block asks L2 for
+// its next row once the current row's loads are done.
+template <bool kLog, bool kMasked, class T, int VEC, int PACKS, int G, int ROWS, bool kAhead = false>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) softmax_forward_registers(const xvk_softmax_forward_args a) {
+  static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   const RowMapping<G, ROWS> map;
   // Lanes of up to 16 elements issue all their loads of x before using any
@@ -180,6 +183,10 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       }
     }
     RowReducer<G>::all_reduce(max, MaxOp{}, scratch);
+    if constexpr (kAhead) {
+      const int64_t next = base + map.row_step;
+      prefetch_row_l2<T, VEC, PACKS>(map, static_cast<const T *>(a.x.data) + next * a.x.row_stride, next < a.rows, a.cols);
+    }
     float sum[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -472,11 +479,11 @@ constexpr bool kHasLeanForward = VEC > 1;
 
 // The forward register kernel for a call: without the mask paths when the
 // call has none and the shape has that build.
-template <bool kLog, class T, int VEC, int P, int G, int R>
+template <bool kLog, class T, int VEC, int P, int G, int R, bool kAhead = false>
 auto forward_registers_kernel(const xvk_softmax_forward_args &a) {
   if constexpr (kHasLeanForward<VEC>)
-    if (!has_mask(a)) return softmax_forward_registers<kLog, false, T, VEC, P, G, R>;
-  return softmax_forward_registers<kLog, true, T, VEC, P, G, R>;
+    if (!has_mask(a)) return softmax_forward_registers<kLog, false, T, VEC, P, G, R, kAhead>;
+  return softmax_forward_registers<kLog, true, T, VEC, P, G, R, kAhead>;
 }
 
 // Instantiates the kernel that Config c names, for forward (softmax or
@@ -498,10 +505,12 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
     case Variant::kBlock:
       with_block_packs(c.packs, [&](auto packs) {
         constexpr int P = decltype(packs)::value;
-        if constexpr (kForward)
-          status = launch_rows(ctx, c, forward_registers_kernel<kLog, T, VEC, P, 0, 1>(a), "softmax_forward_registers",
-                               a.rows, 1, a);
-        else
+        if constexpr (kForward) {
+          constexpr bool kAhead = kHasL2RowAhead<T, VEC, P>;
+          status = launch_block_rows<kAhead>(ctx, c, forward_registers_kernel<kLog, T, VEC, P, 0, 1>(a),
+                                             forward_registers_kernel<kLog, T, VEC, P, 0, 1, kAhead>(a),
+                                             "softmax_forward_registers", a.rows, a.cols * int64_t(sizeof(T)), a);
+        } else
           status = launch_rows(ctx, c, softmax_backward_registers<T, VEC, P, 0, 1>, "softmax_backward_registers", a.rows, 1, a);
       });
       break;
