@@ -16,6 +16,8 @@
 #   quickbnbench the same on two shapes
 #   bntest     the BatchNorm GPU suite three times: as tuned, single-pass forced on, forced off
 #   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
+#   l2ahead    the wide-row forwards with the block kernels' next-row L2 request as the rule says and forced
+#              off (XVK_L2_ROW_AHEAD=0), alternated twice; times side by side
 #   bnprofile  ncu per-kernel times and DRAM bytes of the BatchNorm kernels on one shape (BN_PROFILE_SHAPE,
 #              default 256x256x56x56; BN_PROFILE_OPS, default bn_relu_fwd,bn_relu_bwd), summarised by bench/ncu_summary.py
 #   bnsinglepass  the single-pass (cooperative) training forward against the two-pass one (XVK_BATCH_NORM_SINGLE_PASS)
@@ -126,6 +128,17 @@ for stage in "$@"; do
           --only bn_relu_fwd,bn_add_relu_fwd --csv "$OUT/xvk-bn-singlepass-$v.csv" >"$OUT/xvk-bn-singlepass-$v.log" 2>&1
         echo "XVK_BATCH_NORM_SINGLE_PASS=$v exit $?"; grep -E "bn_(add_)?relu_fwd" "$OUT/xvk-bn-singlepass-$v.log" | head -30
       done ;;
+    l2ahead)
+      log l2ahead
+      cases=()
+      for op in softmax_fwd log_softmax_fwd layer_norm_fwd rms_norm_fwd; do for dt in fp32 fp16 bf16; do
+        for shape in 49152x8192 49152x16384 49152x32768 8192x8192; do cases+=(--case "$op:$dt:$shape"); done; done; done
+      for rep in 1 2; do for v in rule 0; do
+        XVK_L2_ROW_AHEAD=${v#rule} XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/xvk-bench "${cases[@]}" \
+          --csv "$OUT/xvk-l2ahead-$v-$rep.csv" >"$OUT/xvk-l2ahead-$v-$rep.log" 2>&1 || tail -3 "$OUT/xvk-l2ahead-$v-$rep.log"
+      done; done
+      paste -d' ' <(sed -n '/^op /,$p' "$OUT/xvk-l2ahead-rule-2.log" | awk 'NF >= 8 {print $1, $2, $3, $4, $5, $6}') \
+        <(sed -n '/^op /,$p' "$OUT/xvk-l2ahead-0-2.log" | awk 'NF >= 8 {print $6}') | column -t ;;
     bnprofile)
       log bnprofile
       XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 300 ncu --clock-control none --csv \
