@@ -137,13 +137,21 @@ __device__ __forceinline__ float row_shift(const xvk_norm_forward_args &a, int64
 template <int PACKS, int VEC>
 inline constexpr bool kCacheAffine = PACKS * VEC <= 8;
 
+// The forward's 16-bit vector kernels read them per row instead (L1 hits):
+// their 16 registers cost more than the loads. H200, same run, best of three,
+// uncached / cached: LayerNorm forward fp16/bf16 49152 x 32 0.89-0.91, x 64
+// 0.96-0.98, x 128 0.98, 256-768 columns 0.993-1.005; RMSNorm (gamma alone)
+// 0.967-1.016; fp32 uncached was 3% slower at 32-128 columns, so it keeps them.
+template <class T, int PACKS, int VEC>
+inline constexpr bool kCacheForwardAffine = kCacheAffine<PACKS, VEC> && !(sizeof(T) == 2 && VEC > 1);
+
 // kAhead (kHasL2RowAhead shapes, a row per block): each block asks L2 for
 // its next row once the current row's loads are done.
 template <class T, int VEC, int PACKS, int G, int ROWS, bool kAhead = false>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) norm_forward_registers(const xvk_norm_forward_args a) {
   static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
-  constexpr bool kCache = kCacheAffine<PACKS, VEC>;
+  constexpr bool kCache = kCacheForwardAffine<T, PACKS, VEC>;
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   float g[kCache ? PACKS : 1][VEC], b[kCache ? PACKS : 1][VEC];
