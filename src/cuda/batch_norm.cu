@@ -34,7 +34,6 @@
 // (16 x 32 x 112 x 112 NHWC forward 36.7 -> 44.4 us).
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <numeric>
 
 #include "cuda/launch.cuh"
@@ -1538,10 +1537,7 @@ unsigned apply_grid(Context &ctx, Kernel kernel, int64_t vectors) {
 // XVK_BATCH_NORM_SINGLE_PASS=0 or =1 overrides the tuning table's size limit
 // (the kernel must still fit), so the benchmark can time both variants.
 int single_pass_override() {
-  static const int value = [] {
-    const char *e = std::getenv("XVK_BATCH_NORM_SINGLE_PASS");
-    return e && e[0] == '1' ? 1 : e && e[0] == '0' ? 0 : -1;
-  }();
+  static const int value = env_switch("XVK_BATCH_NORM_SINGLE_PASS");
   return value;
 }
 

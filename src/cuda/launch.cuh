@@ -169,6 +169,10 @@ xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const cha
 // benchmark's A/B and the tests).
 bool l2_row_ahead(const Context &ctx, int64_t blocks, int64_t row_bytes);
 
+// A switch that overrides a launch rule for benchmarks and tests: 1 when the
+// environment variable `name` starts with '1', 0 with '0', else -1 (the rule).
+int env_switch(const char *name);
+
 // launch_rows for the block register kernels (a row per block): `ahead`, the
 // build that asks L2 for the next row (kHasAhead), when l2_row_ahead says
 // so for its grid, else `plain`.

@@ -196,16 +196,18 @@ const DeviceInfo &device_info(int id) {
   return g_devices[id];
 }
 
+int env_switch(const char *name) {
+  const char *e = std::getenv(name);
+  return e && e[0] == '1' ? 1 : e && e[0] == '0' ? 0 : -1;
+}
+
 bool l2_row_ahead(const Context &ctx, int64_t blocks, int64_t row_bytes) {
   // On the H200 (60 MiB L2), block kernels of 1024 or 512 threads, same run:
   // 16-bit rows of 16384 and 32768 columns (2 x 17 MB) 4-7% faster
   // (LayerNorm, softmax; RMSNorm 1-2%); forced on, fp32 rows of 32768
   // (2 x 35 MB) 39% slower, the requests evicting the rows in use.
   if (!kL2Prefetch || row_bytes <= 0) return false;
-  static const int forced = [] {
-    const char *e = std::getenv("XVK_L2_ROW_AHEAD");
-    return e && e[0] == '1' ? 1 : e && e[0] == '0' ? 0 : -1;
-  }();
+  static const int forced = env_switch("XVK_L2_ROW_AHEAD");
   if (forced >= 0) return forced != 0;
   return 5 * blocks * row_bytes <= ctx.info->l2_bytes;  // 2 rows per block in 40% of L2
 }
