@@ -137,8 +137,10 @@ for stage in "$@"; do
         XVK_L2_ROW_AHEAD=${v#rule} XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/xvk-bench "${cases[@]}" \
           --csv "$OUT/xvk-l2ahead-$v-$rep.csv" >"$OUT/xvk-l2ahead-$v-$rep.log" 2>&1 || tail -3 "$OUT/xvk-l2ahead-$v-$rep.log"
       done; done
+      # The second run of each, side by side (awk: the device image has no column(1)).
       paste -d' ' <(sed -n '/^op /,$p' "$OUT/xvk-l2ahead-rule-2.log" | awk 'NF >= 8 {print $1, $2, $3, $4, $5, $6}') \
-        <(sed -n '/^op /,$p' "$OUT/xvk-l2ahead-0-2.log" | awk 'NF >= 8 {print $6}') | column -t ;;
+        <(sed -n '/^op /,$p' "$OUT/xvk-l2ahead-0-2.log" | awk 'NF >= 8 {print $6}') |
+        awk 'NR == 1 {$6 = "rule_us"; $7 = "off_us"} {printf "%-16s %-5s %6s %6s %-22s %10s %10s\n", $1, $2, $3, $4, $5, $6, $7}' ;;
     bnprofile)
       log bnprofile
       XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 300 ncu --clock-control none --csv \
