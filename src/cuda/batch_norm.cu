@@ -30,8 +30,10 @@
 // sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
 // launch earlier still (griddepcontrol.launch_dependents in the kernel before)
-// was slower: their resident, waiting blocks took the slots of running ones
-// (16 x 32 x 112 x 112 NHWC forward 36.7 -> 44.4 us).
+// was slower after pass 1: their resident, waiting blocks took the slots of
+// running ones (16 x 32 x 112 x 112 NHWC forward 36.7 -> 44.4 us; H200, the
+// small shapes: 0.7% more time in geometric mean); finalize, a few small blocks, does
+// let pass 2 launch once it has waited (allow_next_kernel).
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -758,9 +760,18 @@ struct StatsFinish {
   const float *gamma, *beta;
   float *running_mean, *running_var, *saved_mean, *saved_rstd;
   Coef *coef;
+  // What finish reads besides the merged state: inputs that no kernel of the
+  // call writes, so the kernels load them before they wait for the state.
+  struct Inputs {
+    float shift, gamma, beta, running_mean, running_var;
+  };
+  __device__ Inputs load(int64_t ch) const {
+    return {channel_shift(x, ch, shift_stride), gamma ? gamma[ch] : 1.0f, beta ? beta[ch] : 0.0f,
+            running_mean ? running_mean[ch] : 0.0f, running_mean ? running_var[ch] : 0.0f};
+  }
   // The channel's statistics outputs (saved and running) and its coefficients.
-  __device__ Coef finish(int64_t ch, const float (&a)[Welford::K], bool write_stats) const {
-    const float shift = channel_shift(x, ch, shift_stride);
+  __device__ Coef finish(int64_t ch, const float (&a)[Welford::K], bool write_stats, const Inputs &in) const {
+    const float shift = in.shift;
     const float mean = shift + a[1];
     const float var = float(double(a[2]) / count);
     const float rstd = 1.0f / sqrtf(var + epsilon);
@@ -769,14 +780,16 @@ struct StatsFinish {
       if (saved_rstd) saved_rstd[ch] = rstd;
       if (running_mean) {
         const float unbiased = float(double(a[2]) / (count - 1.0));
-        running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
-        running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * unbiased;
+        running_mean[ch] = (1.0f - momentum) * in.running_mean + momentum * mean;
+        running_var[ch] = (1.0f - momentum) * in.running_var + momentum * unbiased;
       }
     }
-    const float scale = (gamma ? gamma[ch] : 1.0f) * rstd;
-    return Coef{shift, scale, (beta ? beta[ch] : 0.0f) - a[1] * scale, 0.0f};
+    const float scale = in.gamma * rstd;
+    return Coef{shift, scale, in.beta - a[1] * scale, 0.0f};
   }
-  __device__ void operator()(int64_t ch, const float (&a)[Welford::K]) const { coef[ch] = finish(ch, a, true); }
+  __device__ void operator()(int64_t ch, const float (&a)[Welford::K], const Inputs &in) const {
+    coef[ch] = finish(ch, a, true, in);
+  }
 };
 
 struct GradFinish {
@@ -784,13 +797,18 @@ struct GradFinish {
   const float *gamma, *mean, *rstd;
   float *dgamma, *dbeta;
   Coef *coef;
-  __device__ void operator()(int64_t ch, const float (&a)[Sums::K]) const {
-    const float r = rstd[ch], sum_g = Sums::total(a, 0);
+  // gamma and the saved statistics: written before the call (as StatsFinish::Inputs).
+  struct Inputs {
+    float gamma, mean, rstd;
+  };
+  __device__ Inputs load(int64_t ch) const { return {gamma ? gamma[ch] : 1.0f, mean[ch], rstd[ch]}; }
+  __device__ void operator()(int64_t ch, const float (&a)[Sums::K], const Inputs &in) const {
+    const float r = in.rstd, sum_g = Sums::total(a, 0);
     const float dg = Sums::total(a, 1) * r;  // sum g * xhat
     if (dbeta) dbeta[ch] = sum_g;
     if (dgamma) dgamma[ch] = dg;
-    const float k = (gamma ? gamma[ch] : 1.0f) * r;
-    coef[ch] = Coef{mean[ch], k, -k * r * dg / count, -k * sum_g / count};
+    const float k = in.gamma * r;
+    coef[ch] = Coef{in.mean, k, -k * r * dg / count, -k * sum_g / count};
   }
 };
 
@@ -997,30 +1015,53 @@ __global__ void __launch_bounds__(kThreads, LONG_ROWS ? Src::kLongRowMinBlocks :
       for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.row_len + col0 + j) * Op::K + k] = a[j][k];
 }
 
+// States whose loads a finalize lane issues before it merges them: one
+// round of L2 latency for up to 8 * tpc states, where a load per merge paid
+// one per state (NCHW 14 x 14 16-bit, 196 states a channel: its forwards
+// 2-2.7% faster on the H200). It doubles finalize's registers (32 -> 64),
+// and the NHWC (16, 32, 112, 112) 16-bit backward ran 2% slower: likely no
+// longer one early-launched finalize block beside that reduction's two.
+constexpr int kFinalizeLoads = 8;
+
 // Merges each channel's partials in a fixed order (deterministic, no float
 // atomics): channel ch has `per` states in each part p, partials[((p * c +
 // ch) * per + i) * K] (per = s for the column reduction of channels-first
 // rows, else 1). `tpc` lanes per channel (a power of two <= 32, inside one
-// warp) take every tpc-th of its parts * per states, then a butterfly over
-// those lanes; lane 0 finishes.
+// warp) take every tpc-th of its parts * per states, in order, then a
+// butterfly over those lanes; lane 0 finishes. Finish's inputs are loaded
+// while pass 1 drains, and pass 2 may launch once pass 1 is done (its blocks
+// then wait in wait_for_prior_kernel beside these). H200, 96 training cases
+// of the small shapes against one load per merge, inputs after the wait and
+// no early launch: 0.5% less time in geometric mean.
 template <class Op, class Finish>
 __global__ void __launch_bounds__(kThreads)
     finalize(int64_t c, int parts, int per, int tpc, const float *partials, Finish finish) {
-  wait_for_prior_kernel();  // launch_dependent
+  constexpr int U = kFinalizeLoads;
   const int sub = int(threadIdx.x) % tpc;
   const int64_t ch = int64_t(blockIdx.x) * (blockDim.x / tpc) + threadIdx.x / tpc;
+  typename Finish::Inputs in{};
+  if (sub == 0 && ch < c) in = finish.load(ch);
+  wait_for_prior_kernel();  // launch_dependent
+  allow_next_kernel();
   float a[Op::K];
   Op::identity(a);
+  const int total = parts * per;
   if (ch < c)
-    for (int q = sub; q < parts * per; q += tpc) {
-      const int part = q / per, i = q - part * per;
-      float b[Op::K];
+    for (int q0 = sub; q0 < total; q0 += U * tpc) {
+      float b[U][Op::K];
 #pragma unroll
-      for (int k = 0; k < Op::K; ++k) b[k] = partials[((int64_t(part) * c + ch) * per + i) * Op::K + k];
-      Op::merge(a, b);
+      for (int u = 0; u < U; ++u) {
+        const int q = q0 + u * tpc, part = q / per, i = q - part * per;
+#pragma unroll
+        for (int k = 0; k < Op::K; ++k)
+          b[u][k] = q < total ? partials[((int64_t(part) * c + ch) * per + i) * Op::K + k] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (q0 + u * tpc < total) Op::merge(a, b[u]);
     }
   warp_merge<Op>(a, tpc);
-  if (sub == 0 && ch < c) finish(ch, a);
+  if (sub == 0 && ch < c) finish(ch, a, in);
 }
 
 // ---------------------------------------------------------------------------
@@ -1077,10 +1118,11 @@ __device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> 
 // block that merges a channel gets the same bits. The states are read
 // through volatile loads (not from a stale L1), U states' loads issued
 // before any is merged: a merge between loads made each load wait for the
-// last (forward_single_pass_last, 132 states a channel: 67 -> 59 us).
+// last (forward_single_pass_last, 132 states a channel: 67 -> 59 us), and
+// with U = 8 a warp covers one state per block of a 132-SM grid in one round.
 __device__ __forceinline__ void merge_published_states(const float *states, int64_t count, int64_t first,
                                                        int64_t stride, float (&a)[Welford::K]) {
-  constexpr int K = Welford::K, U = 4;
+  constexpr int K = Welford::K, U = 8;
   const int lane = lane_id();
   Welford::identity(a);
   for (int64_t i0 = 0; i0 < count; i0 += U * kWarpSize) {
@@ -1158,13 +1200,16 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     }
     __syncthreads();
   }
+  // Finish's inputs for the warp's first plane, loaded before the barrier.
+  typename StatsFinish<T>::Inputs first_in{};
+  if (lane == 0 && warp < own) first_in = stats.load((p0 + warp) % sh.c);
   grid_barrier(counter);
   // Each owned plane's channel: its N plane states, merged by one warp.
   for (int pl = warp; pl < own; pl += warps) {
     const int64_t p = p0 + pl, n = p / sh.c, ch = p - n * sh.c;
     float a[K];
     merge_published_states(plane_stats, sh.n, ch, sh.c, a);  // plane (m, ch) is state m * c + ch
-    if (lane == 0) coef[pl] = stats.finish(ch, a, n == 0);
+    if (lane == 0) coef[pl] = stats.finish(ch, a, n == 0, pl == warp ? first_in : stats.load(ch));
   }
   __syncthreads();
   // Normalize: one flat, warp-uniform walk over the block's vectors, so a
@@ -1224,10 +1269,10 @@ constexpr int kSinglePassMaxWarps = kSinglePassThreads / kMinWarpSize;
 // that starts on a mask word (runs of row_align rows), loaded once into
 // shared memory. Thread t always takes vector t % packs of a row, so it
 // keeps one Welford state for its VEC channels; the lanes of a warp with the
-// same vector merge by a butterfly, then thread ch < c merges the warps'
-// states of channel ch in order and publishes the block's state, channel by
-// channel (a channel's states adjacent: 32 lanes read 384 contiguous bytes
-// rather than 32 lines). After the grid barrier, one warp of the grid merges
+// same vector merge by a butterfly, then warp w merges channels w, w +
+// warps, ... (a lane per warp state, a butterfly) and publishes the block's
+// state, channel by channel (a channel's states adjacent: 32 lanes read 384
+// contiguous bytes rather than 32 lines). After the grid barrier, one warp of the grid merges
 // each channel's states of all blocks (merge_published_states) and writes
 // its statistics and coefficients, and after a second barrier every block
 // normalizes its rows from shared memory. Shared memory: the c coefficients,
@@ -1247,9 +1292,12 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   const int count = int((r1 - r0) * packs);
   Coef *coef = smem_coef;
   Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(smem_coef + c);
-  float *warp_mean = reinterpret_cast<float *>(tile + int64_t(max_rows) * packs);  // [warp][c]
-  float *warp_m2 = warp_mean + kSinglePassMaxWarps * c;                             // [warp][c]
-  float *warp_n = warp_m2 + kSinglePassMaxWarps * c;                                // [warp][packs]
+  // [warp][c + 1]: a row of c + 1 floats (odd, as c is a multiple of VEC)
+  // puts the warps' states of one channel in different banks.
+  const int row = c + 1;
+  float *warp_mean = reinterpret_cast<float *>(tile + int64_t(max_rows) * packs);  // [warp][row]
+  float *warp_m2 = warp_mean + kSinglePassMaxWarps * row;                           // [warp][row]
+  float *warp_n = warp_m2 + kSinglePassMaxWarps * row;                              // [warp][packs]
   const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
   {
     // The statistics come from the registers the tile is loaded through:
@@ -1280,32 +1328,44 @@ __global__ void __launch_bounds__(kSinglePassThreads)
       warp_n[warp * packs + lane] = st.n;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        warp_mean[warp * c + lane * VEC + j] = st.mean[j];
-        warp_m2[warp * c + lane * VEC + j] = st.m2[j];
+        warp_mean[warp * row + lane * VEC + j] = st.mean[j];
+        warp_m2[warp * row + lane * VEC + j] = st.m2[j];
       }
     }
     __syncthreads();
-    for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+    // Channel ch's warp states, one per lane, merged by a butterfly (a
+    // serial merge of 32 states by one thread per channel left the other
+    // warps waiting). With one round of loads per merge_published_states and
+    // finish's inputs loaded before the barrier: NHWC (16, 32, 112, 112)
+    // forwards 5-9% faster on the H200 (bn+relu fp16 28.0 -> 25.7 us).
+    for (int ch = warp; ch < c; ch += warps) {
       float a[K];
       Welford::identity(a);
-      for (int w = 0; w < warps; ++w) {
-        const float b[K] = {warp_n[w * packs + ch / VEC], warp_mean[w * c + ch], warp_m2[w * c + ch]};
-        Welford::merge(a, b);
+      if (lane < warps) {
+        a[0] = warp_n[lane * packs + ch / VEC];
+        a[1] = warp_mean[lane * row + ch];
+        a[2] = warp_m2[lane * row + ch];
       }
+      warp_merge<Welford>(a, kWarpSize);
+      if (lane == 0)
 #pragma unroll
-      for (int k = 0; k < K; ++k) block_stats[(int64_t(ch) * gridDim.x + blockIdx.x) * K + k] = a[k];
+        for (int k = 0; k < K; ++k) block_stats[(int64_t(ch) * gridDim.x + blockIdx.x) * K + k] = a[k];
     }
   }
+  // Finish's inputs for the warp's first channel, loaded before the barrier.
+  const int first_ch = int(blockIdx.x) * warps + warp;
+  typename StatsFinish<T>::Inputs first_in{};
+  if (lane == 0 && first_ch < c) first_in = stats.load(first_ch);
   grid_barrier(counter);
   // Each channel once, by one warp somewhere in the grid (channel ch: warp
   // ch % warps of block ch / warps, ...), then a second barrier and every
   // block copies the c coefficients. With every block merging every channel
   // itself (blocks x c states each, all from one small region of L2) the
   // kernel took 59 us against 30 for two passes (NHWC 16x32x112x112 fp16).
-  for (int ch = int(blockIdx.x) * warps + warp; ch < c; ch += int(gridDim.x) * warps) {
+  for (int ch = first_ch; ch < c; ch += int(gridDim.x) * warps) {
     float a[K];
     merge_published_states(block_stats, gridDim.x, ch * int64_t(gridDim.x), 1, a);
-    if (lane == 0) channel_coef[ch] = stats.finish(ch, a, true);
+    if (lane == 0) channel_coef[ch] = stats.finish(ch, a, true, ch == first_ch ? first_in : stats.load(ch));
   }
   grid_barrier(counter + 2);  // its own counters: blocks may reach it while the first one's last leaves
   for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
@@ -1576,7 +1636,7 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
     const int64_t units = (sh.rows + row_align - 1) / row_align;
     const int64_t max_rows = (units + blocks - 1) / blocks * row_align;
     smem = sh.c * int64_t(sizeof(Coef)) + max_rows * sh.c * int64_t(sizeof(T)) +
-           kSinglePassMaxWarps * (2 * sh.c + packs) * int64_t(sizeof(float));
+           kSinglePassMaxWarps * (2 * (sh.c + 1) + packs) * int64_t(sizeof(float));
     states = int64_t(blocks) * sh.c;
     kernel = reinterpret_cast<void *>(forward_single_pass_last<T, VEC>);
   }

@@ -323,6 +323,16 @@ __device__ __forceinline__ void wait_for_prior_kernel() {
 #endif
 }
 
+// In a kernel that a launch_dependent kernel follows: lets that kernel's
+// blocks launch now rather than when this kernel's blocks end, so its
+// prologue (before wait_for_prior_kernel) runs beside this kernel. A no-op
+// on AMD and before sm_90.
+__device__ __forceinline__ void allow_next_kernel() {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Asks for the 128-byte line at p to be brought into L2 (no register, no
 // wait): a load issued later finds it there. NVIDIA only; a no-op elsewhere,
 // so kernels leave such requests out where kL2Prefetch is false (their

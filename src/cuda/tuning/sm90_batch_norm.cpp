@@ -26,8 +26,16 @@ extern const BatchNormTuning kBatchNormSm90;
 //   NCHW bn+add+relu  fp16 25.6 / 28.3   bf16 25.5 / 27.7   fp32 38.3 / 38.7
 //   NHWC bn+relu      fp16 29.8 / 27.9   bf16 29.7 / 28.4   fp32 40.6 / 32.7
 //   NHWC bn+add+relu  fp16 33.7 / 33.6   bf16 33.6 / 33.3   fp32 46.8 / 42.0
+// Then, with the grid's merges shortened (a warp per channel in phase 1, one
+// round of loads per merge, finish's inputs loaded before the barrier) and
+// finalize's loads batched (H200, 2026-11-26, sources 05296b4dc77eaa4a, best
+// of two):
+//   NCHW bn+relu      fp16 22.1 / 22.3   bf16 22.0 / 22.4   fp32 31.5 / 29.5
+//   NCHW bn+add+relu  fp16 25.3 / 27.4   bf16 25.0 / 27.4   fp32 37.8 / 38.8
+//   NHWC bn+relu      fp16 28.7 / 25.7   bf16 28.5 / 25.5   fp32 39.2 / 31.6
+//   NHWC bn+add+relu  fp16 32.7 / 30.8   bf16 32.5 / 31.1   fp32 45.5 / 40.2
 // So: one pass wherever it fits channels-last; channels-first in fp32 only
-// (bn+relu 6% faster, bn+add+relu 1% slower), two passes in 16-bit.
+// (bn+relu 6% faster, bn+add+relu 1-3% slower), two passes in 16-bit.
 constexpr int64_t kFits = int64_t(28) << 20;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
     {{0, kFits}, {kFits, kFits}},
