@@ -32,8 +32,8 @@
 // launch earlier still (griddepcontrol.launch_dependents in the kernel before)
 // was slower after pass 1: their resident, waiting blocks took the slots of
 // running ones (16 x 32 x 112 x 112 NHWC forward 36.7 -> 44.4 us; H200, the
-// small shapes: 0.7% more time in geometric mean); finalize, a few small blocks, does
-// let pass 2 launch once it has waited (allow_next_kernel).
+// small shapes: 0.7% more time in geometric mean). finalize, a few small
+// blocks, does let pass 2 launch once it has waited (allow_next_kernel).
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -1272,10 +1272,10 @@ constexpr int kSinglePassMaxWarps = kSinglePassThreads / kMinWarpSize;
 // same vector merge by a butterfly, then warp w merges channels w, w +
 // warps, ... (a lane per warp state, a butterfly) and publishes the block's
 // state, channel by channel (a channel's states adjacent: 32 lanes read 384
-// contiguous bytes rather than 32 lines). After the grid barrier, one warp of the grid merges
-// each channel's states of all blocks (merge_published_states) and writes
-// its statistics and coefficients, and after a second barrier every block
-// normalizes its rows from shared memory. Shared memory: the c coefficients,
+// contiguous bytes rather than 32 lines). After the grid barrier, one warp
+// of the grid merges each channel's states of all blocks
+// (merge_published_states) and writes its statistics and coefficients, and
+// after a second barrier every block normalizes its rows from shared memory. Shared memory: the c coefficients,
 // the tile, then the warps' states.
 template <class T, int VEC>
 __global__ void __launch_bounds__(kSinglePassThreads)
@@ -1337,7 +1337,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     // serial merge of 32 states by one thread per channel left the other
     // warps waiting). With one round of loads per merge_published_states and
     // finish's inputs loaded before the barrier: NHWC (16, 32, 112, 112)
-    // forwards 5-9% faster on the H200 (bn+relu fp16 28.0 -> 25.7 us).
+    // forwards 5-10% faster on the H200 (bn+relu fp16 28.0 -> 25.7 us).
     for (int ch = warp; ch < c; ch += warps) {
       float a[K];
       Welford::identity(a);
