@@ -151,3 +151,30 @@ TEST_CASE("group and block rows hold the row in the fewest instantiated packs") 
   CHECK(p3 == 1);
   CHECK(blocks >= 2);
 }
+
+TEST_CASE("the sm_90 BatchNorm table picks the single pass by memory order, width, size and channels") {
+  const BatchNormTuning *t = tuning_table_for("sm_90").batch_norm;
+  REQUIRE(t != nullptr);
+  const int64_t mib = int64_t(1) << 20;
+  auto bytes_of = [](int64_t n, int64_t c, int64_t h, int64_t w, int element) { return n * c * h * w * element; };
+  // Channels-last, up to 64 channels, from 6 MiB to 28 MiB (the measured wins).
+  CHECK(batch_norm_single_pass_wanted(t, true, 2, bytes_of(16, 32, 112, 112, 2), 32));
+  CHECK(batch_norm_single_pass_wanted(t, true, 4, bytes_of(16, 32, 112, 112, 4), 32));
+  CHECK(batch_norm_single_pass_wanted(t, true, 2, bytes_of(8, 64, 112, 112, 2), 64));
+  CHECK(batch_norm_single_pass_wanted(t, true, 2, 6 * mib, 64));
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, true, 2, 6 * mib - 1, 64));
+  CHECK(batch_norm_single_pass_wanted(t, true, 4, 28 * mib, 32));
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, true, 4, 28 * mib + 1, 32));
+  // Where two passes measured faster: small tensors, many channels, channels-first.
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, true, 2, bytes_of(2, 32, 112, 112, 2), 32));
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, true, 2, bytes_of(8, 64, 56, 56, 2), 64));
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, true, 2, bytes_of(8, 256, 56, 56, 2), 256));
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, true, 2, 12 * mib, 65));
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, false, 2, bytes_of(16, 32, 112, 112, 2), 32));
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, false, 4, bytes_of(16, 32, 112, 112, 4), 32));
+  // Larger than the chip holds: two passes.
+  CHECK_FALSE(batch_norm_single_pass_wanted(t, true, 2, bytes_of(256, 64, 112, 112, 2), 64));
+  // Tables without BatchNorm figures (the default, AMD): never.
+  CHECK_FALSE(batch_norm_single_pass_wanted(nullptr, true, 2, bytes_of(16, 32, 112, 112, 2), 32));
+  CHECK(tuning_table_for("sm_80").batch_norm == nullptr);
+}

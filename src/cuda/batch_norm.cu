@@ -1594,7 +1594,7 @@ unsigned apply_grid(Context &ctx, Kernel kernel, int64_t vectors) {
   return unsigned(grid_blocks(ctx, (vectors + kThreads - 1) / kThreads, resident));
 }
 
-// XVK_BATCH_NORM_SINGLE_PASS=0 or =1 overrides the tuning table's size limit
+// XVK_BATCH_NORM_SINGLE_PASS=0 or =1 overrides the tuning table's choice
 // (the kernel must still fit), so the benchmark can time both variants.
 int single_pass_override() {
   static const int value = env_switch("XVK_BATCH_NORM_SINGLE_PASS");
@@ -1611,10 +1611,9 @@ template <class T>
 bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan &p, const StatsFinish<T> &stats,
                  xvk_status_t &status) {
   const int override = single_pass_override();
-  const BatchNormTuning *tuning = ctx.info->table->batch_norm;
-  const int64_t bytes = p.sh.numel * int64_t(sizeof(T));
-  const int64_t max_bytes = tuning ? tuning->single_pass_max_bytes[p.channels_last][sizeof(T) == 4] : 0;
-  if (override == 0 || (override != 1 && bytes > max_bytes)) return false;
+  const bool wanted = batch_norm_single_pass_wanted(ctx.info->table->batch_norm, p.channels_last, int(sizeof(T)),
+                                                    p.sh.numel * int64_t(sizeof(T)), p.sh.c);
+  if (override == 0 || (override != 1 && !wanted)) return false;
   if (p.apply_vec == 1 || !ctx.info->cooperative_launch) return false;
   constexpr int VEC = kMaxVec<T>;
   const Shape &sh = p.sh;

@@ -1,6 +1,7 @@
-// sm_90 BatchNorm tuning: the activation size up to which the training
-// forward runs as one cooperative kernel (x read once, kept in shared memory)
-// rather than two passes, per memory order and element width. Set from `xvk-bench --batch-norm`
+// sm_90 BatchNorm tuning: the activation sizes (and, channels-last, the
+// channel counts) for which the training forward runs as one cooperative
+// kernel (x read once, kept in shared memory) rather than two passes, per
+// memory order and element width. Set from `xvk-bench --batch-norm`
 // with XVK_BATCH_NORM_SINGLE_PASS=0 and =1 (see bench/results/); the kernel
 // also has to fit, which batch_norm.cu checks.
 #include "cuda/tuning/tuning.hpp"
@@ -34,11 +35,32 @@ extern const BatchNormTuning kBatchNormSm90;
 //   NCHW bn+add+relu  fp16 25.3 / 27.4   bf16 25.0 / 27.4   fp32 37.8 / 38.8
 //   NHWC bn+relu      fp16 28.7 / 25.7   bf16 28.5 / 25.5   fp32 39.2 / 31.6
 //   NHWC bn+add+relu  fp16 32.7 / 30.8   bf16 32.5 / 31.1   fp32 45.5 / 40.2
-// So: one pass wherever it fits channels-last; channels-first in fp32 only
-// (bn+relu 6% faster, bn+add+relu 1-3% slower), two passes in 16-bit.
-constexpr int64_t kFits = int64_t(28) << 20;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
+// That table said: one pass wherever it fits channels-last, channels-first
+// in fp32 only, set on (16, 32, 112, 112) alone. Then the sizes around it
+// (H200, 2026-11-26, sources 205fa39e442e47e3, xvk-bench --batch-norm
+// --reps 30 with XVK_BATCH_NORM_SINGLE_PASS=0 and =1, best of two;
+// bench/results/h200-2026-11-26-batch-norm-single-pass-sizes.txt), one pass
+// / two passes, bn+relu and bn+add+relu, 16-bit (fp16 and bf16 within 2%):
+//   NHWC c = 32, 64:  1.5 MiB 1.10-1.15, 3.1 MiB 1.02-1.08,
+//                     6.1-24.5 MiB 0.87-0.98 (every case of five shapes won)
+//   NHWC c = 128:     3.1 MiB 1.20-1.23;  c = 256: 3.1 MiB 1.55-1.57, 12.2 MiB 1.30-1.34
+//   NCHW:             1.01-1.23 on the nine shapes it ran (planes of whole
+//                     mask words: not 28 x 28 or 14 x 14), every case lost
+// fp32:
+//   NHWC c = 32, 64:  3.1 MiB 0.97-1.00, 6.1-24.5 MiB 0.77-0.93 (all won)
+//   NHWC c = 128:     6.1 MiB 1.03-1.07
+//   NCHW:             3.1-6.1 MiB 1.08-1.25 (but 8x64x56x56 bn+relu 0.97);
+//                     12.2-24.5 MiB bn+relu 0.94-1.01, bn+add+relu 1.02-1.08
+// The single kernel's phases are fixed costs that small tensors do not
+// repay, and channels-last its merges grow with the channels. So: one pass
+// channels-last from 6 MiB to where the tile fits, up to 64 channels; never
+// channels-first (in fp32 the Add+ReLU forward lost what bn+relu won).
+constexpr int64_t kMiB = int64_t(1) << 20;
+constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
-    {{0, kFits}, {kFits, kFits}},
-    "H200: one pass where it fits, except channels-first 16-bit (two passes measured faster there)"};
+    {{0, 0}, {6 * kMiB, 6 * kMiB}},
+    {{0, 0}, {kFits, kFits}},
+    64,
+    "H200: one pass channels-last from 6 MiB to 28 MiB, up to 64 channels; two passes channels-first"};
 
 }  // namespace xvk::gpu

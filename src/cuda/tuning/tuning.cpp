@@ -202,6 +202,14 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
   return out;
 }
 
+bool batch_norm_single_pass_wanted(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes,
+                                   int64_t channels) {
+  if (!t) return false;
+  const int order = channels_last ? 1 : 0, wide = element_bytes == 4 ? 1 : 0;
+  if (bytes < t->single_pass_min_bytes[order][wide] || bytes > t->single_pass_max_bytes[order][wide]) return false;
+  return !channels_last || channels <= t->single_pass_last_max_channels;
+}
+
 Config choose_config(const TuningTable &table, OpKind op, Flavour flavour, int dtype, int64_t rows, int64_t cols,
                      int vec, const DeviceLimits &limits) {
   // Tables are tuned on the vector path; the scalar path (odd sizes, unaligned

@@ -192,15 +192,25 @@ struct TuningEntry {
 // BatchNorm's training forward runs as two passes over x (statistics, then
 // normalize) or, when the activation fits in the shared memory of all SMs, as
 // one cooperative kernel that keeps it there across a grid-wide barrier and
-// reads x once. The table says up to what size the single pass is worth it,
+// reads x once. The table says for which sizes the single pass is worth it,
 // per memory order (the two orders have different single-pass kernels) and
-// element width (on the H200, channels-first, one pass won in fp32 and lost
-// in 16-bit; channels-last it won in both).
+// element width: below some size the single kernel's fixed phases (one block
+// per SM, grid barriers, merges) cost more than a second read of x from L2,
+// and channels-last its merges grow with the channel count.
 struct BatchNormTuning {
-  // Activation bytes; 0: never single pass. [channels_last][4-byte elements].
+  // Activation bytes, [channels_last][4-byte elements]: one pass when
+  // min <= bytes <= max; max 0: never.
+  int64_t single_pass_min_bytes[2][2];
   int64_t single_pass_max_bytes[2][2];
-  const char *source;  // the measurement behind the numbers
+  int64_t single_pass_last_max_channels;  // channels-last: one pass only up to this many channels
+  const char *source;                     // the measurement behind the numbers
 };
+
+// Whether the table asks for the single-pass training forward on an
+// activation of `bytes` with `channels` channels (the kernel must still fit,
+// which batch_norm.cu checks). NULL table: never.
+bool batch_norm_single_pass_wanted(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes,
+                                   int64_t channels);
 
 struct TuningTable {
   const char *name;  // where and how it was produced
