@@ -1565,8 +1565,16 @@ struct RowsGrid {
   dim3 grid;
   int tile;
 };
+// XVK_BATCH_NORM_SPREAD=0 runs pass 2 as one wave whatever the tuning table
+// says, so the benchmark can time both grids.
+int rows_spread_override() {
+  static const int value = env_switch("XVK_BATCH_NORM_SPREAD");
+  return value;
+}
+
 template <class Kernel>
-RowsGrid rows_grid(Context &ctx, Kernel kernel, const Shape &sh, int vec) {
+RowsGrid rows_grid(Context &ctx, Kernel kernel, const Plan &p, int vec, int element_bytes) {
+  const Shape &sh = p.sh;
   const int64_t col_vectors = sh.row_len / vec;
   // Up to the whole block across a row, so a block reads one contiguous run
   // of up to 4 KB per row (channels-first rows are long: 32 lanes, 8 rows of
@@ -1581,8 +1589,13 @@ RowsGrid rows_grid(Context &ctx, Kernel kernel, const Shape &sh, int vec) {
   // Fewer tiles than a wave: one wave of blocks, each walking its share of
   // the rows. More: a single row block would leave a last, partial wave
   // (784 tiles on 528 slots took 1.5 waves' time: NCHW fp32 7 x 7 on the
-  // H100), so split the rows until there are about 8 waves.
-  const int64_t wanted = tiles <= wave ? one_wave(ctx, resident, tiles) : (8 * wave + tiles - 1) / tiles;
+  // H100), so split the rows until there are about 8 waves. Large tensors:
+  // as many blocks as give each thread the table's rows per thread.
+  int64_t wanted = tiles <= wave ? one_wave(ctx, resident, tiles) : (8 * wave + tiles - 1) / tiles;
+  const int per_thread = rows_spread_override() == 0 ? 0
+                         : batch_norm_rows_per_thread(ctx.info->table->batch_norm, p.channels_last, element_bytes,
+                                                      sh.numel * element_bytes);
+  if (per_thread > 0) wanted = (sh.rows + rows_step * per_thread - 1) / (rows_step * per_thread);
   const int64_t row_blocks = std::max<int64_t>(
       1, std::min<int64_t>({(sh.rows + rows_step - 1) / rows_step, wanted, 65535}));
   return {dim3(unsigned(tiles), unsigned(row_blocks)), tile};
@@ -1712,7 +1725,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
         auto kernel = rows_kernel_for<VEC>(p, [](auto sets) { return forward_apply_rows<T, VEC, decltype(sets)::value>; });
-        const RowsGrid g = rows_grid(ctx, kernel, p.sh, VEC);
+        const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
         return launch_after_previous(ctx, "batch_norm forward (rows)", kernel, g.grid, dim3(kThreads), p.sh,
                                      static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
                                      a.mask, table, a.relu, g.tile);
@@ -1757,7 +1770,7 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
       if (p.sh.row_len % VEC == 0) {
         auto kernel =
             rows_kernel_for<VEC>(p, [](auto sets) { return backward_apply_rows<T, VEC, decltype(sets)::value>; });
-        const RowsGrid g = rows_grid(ctx, kernel, p.sh, VEC);
+        const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
         return launch_after_previous(ctx, "batch_norm backward (rows)", kernel, g.grid, dim3(kThreads), p.sh,
                                      static_cast<const T *>(a.dy), static_cast<const T *>(a.x),
                                      static_cast<const T *>(a.y), a.mask, static_cast<T *>(a.dx),

@@ -55,12 +55,34 @@ extern const BatchNormTuning kBatchNormSm90;
 // repay, and channels-last its merges grow with the channels. So: one pass
 // channels-last from 6 MiB to where the tile fits, up to 64 channels; never
 // channels-first (in fp32 the Add+ReLU forward lost what bn+relu won).
+//
+// Pass 2's grid (rows_per_thread): one wave of blocks walking all rows ended
+// on its slowest blocks. H200, 2026-11-26, sources of 839c3de plus a switch
+// (branch exp/bn-rows-grid), the full BatchNorm grid, bn+relu forward and
+// backward, bn+add+relu forward and inference, best of two, time with about
+// R rows per thread / one wave:
+//   channels-first, R = 4: 256 x 64 x 112 x 112 and 256 x 256 x 56 x 56
+//     0.952-0.977, 256 x 512 x 28 x 28 0.963-0.997; 256 x 1024 x 14 x 14
+//     fp32 0.973-0.992 but 16-bit 0.984-1.021; 7 x 7 16-bit 1.006-1.078
+//     (geometric mean over the 40 cases from 128 MiB: R = 2 0.975, 4 0.968,
+//     8 0.979, 16 0.988)
+//   channels-last fp32, R = 8: 112 x 112 and 56 x 56 0.965-0.999, 28 x 28
+//     0.976-1.005, 14 x 14 0.989-1.014, 7 x 7 1.017-1.032 (from 256 MiB:
+//     R = 4 0.983, 8 0.980)
+//   channels-last 16-bit: slower at every R (R = 16: 1.002-1.131), each
+//     thread loading VEC channels' coefficients before its rows
+// So R = 4 channels-first from 128 MiB (28 x 28 in 16-bit, 14 x 14 in fp32),
+// R = 8 channels-last fp32 from 256 MiB, one wave otherwise: 0.970x the time
+// of the 52 cases it changes (none over 1.005x), 0.989x over all 144.
 constexpr int64_t kMiB = int64_t(1) << 20;
 constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
     {{0, 0}, {6 * kMiB, 6 * kMiB}},
     {{0, 0}, {kFits, kFits}},
     64,
-    "H200: one pass channels-last from 6 MiB to 28 MiB, up to 64 channels; two passes channels-first"};
+    {{4, 4}, {0, 8}},
+    {{128 * kMiB, 128 * kMiB}, {0, 256 * kMiB}},
+    "H200: one pass channels-last from 6 MiB to 28 MiB, up to 64 channels, two passes channels-first; "
+    "pass 2 in many waves on large tensors but channels-last 16-bit"};
 
 }  // namespace xvk::gpu

@@ -203,7 +203,14 @@ struct BatchNormTuning {
   int64_t single_pass_min_bytes[2][2];
   int64_t single_pass_max_bytes[2][2];
   int64_t single_pass_last_max_channels;  // channels-last: one pass only up to this many channels
-  const char *source;                     // the measurement behind the numbers
+  // Pass 2 (the rows kernels) runs one wave of blocks, each walking its share
+  // of the rows, or, for activations of at least rows_spread_min_bytes, a
+  // grid of about rows_per_thread rows per thread (many waves: SMs that
+  // finish early take more blocks, instead of the wave ending on its slowest
+  // block). [channels_last][4-byte elements]; rows_per_thread 0: one wave.
+  int rows_per_thread[2][2];
+  int64_t rows_spread_min_bytes[2][2];
+  const char *source;  // the measurement behind the numbers
 };
 
 // Whether the table asks for the single-pass training forward on an
@@ -211,6 +218,10 @@ struct BatchNormTuning {
 // which batch_norm.cu checks). NULL table: never.
 bool batch_norm_single_pass_wanted(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes,
                                    int64_t channels);
+
+// Rows per thread for BatchNorm's pass 2 on an activation of `bytes`, or 0
+// for one wave of blocks. NULL table: 0.
+int batch_norm_rows_per_thread(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes);
 
 struct TuningTable {
   const char *name;  // where and how it was produced
