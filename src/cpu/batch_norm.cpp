@@ -37,7 +37,7 @@ void forward(const xvk_batch_norm_forward_args &a) {
   std::vector<double> mean(size_t(l.c)), rstd(size_t(l.c));
   const T *x = static_cast<const T *>(a.x);
   if (a.training) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(l.numel()))
     for (int64_t ch = 0; ch < l.c; ++ch) {
       double sum = 0, sq = 0;
       for (int64_t i = 0; i < l.n; ++i)
@@ -69,7 +69,7 @@ void forward(const xvk_batch_norm_forward_args &a) {
   T *y = static_cast<T *>(a.y);
   const int64_t numel = l.numel(), words = (numel + kWord - 1) / kWord;
   // One 32-element word per iteration, so each mask word has one writer.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(l.numel()))
   for (int64_t w = 0; w < words; ++w) {
     uint32_t bits = 0;
     for (int64_t e = w * kWord; e < std::min(numel, (w + 1) * kWord); ++e) {
@@ -99,7 +99,7 @@ void backward(const xvk_batch_norm_backward_args &a) {
     return positive ? d : 0.0;
   };
   std::vector<double> sum_g(size_t(l.c)), sum_gx(size_t(l.c));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(l.numel()))
   for (int64_t ch = 0; ch < l.c; ++ch) {
     const double mu = a.saved_mean[ch], r = a.saved_rstd[ch];
     double sg = 0, sgx = 0;
@@ -117,7 +117,7 @@ void backward(const xvk_batch_norm_backward_args &a) {
   }
   T *dx = static_cast<T *>(a.dx), *dz = static_cast<T *>(a.dz);
   const int64_t numel = l.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(l.numel()))
   for (int64_t e = 0; e < numel; ++e) {
     const int64_t ch = l.channel_of(e);
     const double r = a.saved_rstd[ch], gam = a.gamma ? double(a.gamma[ch]) : 1.0;

@@ -15,7 +15,7 @@ void forward(const xvk_norm_forward_args &a) {
   const std::vector<double> gamma = load_params(a.gamma, a.param_dtype, cols, 1.0, a.gamma ? add : 0.0);
   const std::vector<double> beta = load_params(a.beta, a.param_dtype, cols, 0.0, 0.0);
   std::vector<double> scratch(size_t(max_threads()) * size_t(cols));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(a.rows * cols))
   for (int64_t r = 0; r < a.rows; ++r) {
     double *h = scratch.data() + size_t(thread_id()) * size_t(cols);
     const T *x = row_of<T>(a.x, r);
@@ -55,7 +55,7 @@ void backward(const xvk_norm_backward_args &a) {
   std::vector<double> dgamma_part(size_t(chunks) * size_t(cols), 0.0), dbeta_part(dgamma_part.size(), 0.0);
   std::vector<double> scratch(size_t(max_threads()) * 2 * size_t(cols));
   const int64_t nchunks = want_params ? chunks : std::min<int64_t>(a.rows, 4 * int64_t(max_threads()));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(a.rows * cols))
   for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
     double *xhat = scratch.data() + size_t(thread_id()) * 2 * size_t(cols);
     double *dyg = xhat + cols;

@@ -28,7 +28,7 @@ template <class T>
 void forward(const xvk_softmax_forward_args &a) {
   const int64_t cols = a.cols;
   std::vector<double> scratch(size_t(max_threads()) * size_t(cols));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(a.rows * cols))
   for (int64_t r = 0; r < a.rows; ++r) {
     double *z = scratch.data() + size_t(thread_id()) * size_t(cols);
     const T *x = row_of<T>(a.x, r);
@@ -59,7 +59,7 @@ void forward(const xvk_softmax_forward_args &a) {
 
 template <class T>
 void backward(const xvk_softmax_backward_args &a) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(a.rows * a.cols))
   for (int64_t r = 0; r < a.rows; ++r) {
     const T *y = row_of<T>(a.y, r);
     const T *dy = row_of<T>(a.dy, r);
