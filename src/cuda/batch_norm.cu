@@ -1584,18 +1584,23 @@ RowsGrid rows_grid(Context &ctx, Kernel kernel, const Plan &p, int vec, int elem
   int tile = std::min(kThreads, next_pow2(col_vectors));
   while (kThreads / tile > sh.rows && tile < kThreads) tile *= 2;
   const int64_t tiles = (col_vectors + tile - 1) / tile, rows_step = kThreads / tile;
-  const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
-  const int64_t wave = int64_t(ctx.info->sm_count) * resident;
-  // Fewer tiles than a wave: one wave of blocks, each walking its share of
-  // the rows. More: a single row block would leave a last, partial wave
-  // (784 tiles on 528 slots took 1.5 waves' time: NCHW fp32 7 x 7 on the
-  // H100), so split the rows until there are about 8 waves. Large tensors:
-  // as many blocks as give each thread the table's rows per thread.
-  int64_t wanted = tiles <= wave ? one_wave(ctx, resident, tiles) : (8 * wave + tiles - 1) / tiles;
+  // Large tensors (the table says which): as many blocks as give each thread
+  // the table's rows per thread. Otherwise, with fewer tiles than a wave:
+  // one wave of blocks, each walking its share of the rows. More: a single
+  // row block would leave a last, partial wave (784 tiles on 528 slots took
+  // 1.5 waves' time: NCHW fp32 7 x 7 on the H100), so split the rows until
+  // there are about 8 waves.
   const int per_thread = rows_spread_override() == 0 ? 0
                          : batch_norm_rows_per_thread(ctx.info->table->batch_norm, p.channels_last, element_bytes,
                                                       sh.numel * element_bytes);
-  if (per_thread > 0) wanted = (sh.rows + rows_step * per_thread - 1) / (rows_step * per_thread);
+  int64_t wanted;
+  if (per_thread > 0) {
+    wanted = (sh.rows + rows_step * per_thread - 1) / (rows_step * per_thread);
+  } else {
+    const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
+    const int64_t wave = int64_t(ctx.info->sm_count) * resident;
+    wanted = tiles <= wave ? one_wave(ctx, resident, tiles) : (8 * wave + tiles - 1) / tiles;
+  }
   const int64_t row_blocks = std::max<int64_t>(
       1, std::min<int64_t>({(sh.rows + rows_step - 1) / rows_step, wanted, 65535}));
   return {dim3(unsigned(tiles), unsigned(row_blocks)), tile};
