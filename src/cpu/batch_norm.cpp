@@ -69,7 +69,7 @@ void forward(const xvk_batch_norm_forward_args &a) {
   T *y = static_cast<T *>(a.y);
   const int64_t numel = l.numel(), words = (numel + kWord - 1) / kWord;
   // One 32-element word per iteration, so each mask word has one writer.
-#pragma omp parallel for schedule(static) if (worth_threads(l.numel()))
+#pragma omp parallel for schedule(static) if (worth_threads(numel))
   for (int64_t w = 0; w < words; ++w) {
     uint32_t bits = 0;
     for (int64_t e = w * kWord; e < std::min(numel, (w + 1) * kWord); ++e) {
@@ -117,7 +117,7 @@ void backward(const xvk_batch_norm_backward_args &a) {
   }
   T *dx = static_cast<T *>(a.dx), *dz = static_cast<T *>(a.dz);
   const int64_t numel = l.numel();
-#pragma omp parallel for schedule(static) if (worth_threads(l.numel()))
+#pragma omp parallel for schedule(static) if (worth_threads(numel))
   for (int64_t e = 0; e < numel; ++e) {
     const int64_t ch = l.channel_of(e);
     const double r = a.saved_rstd[ch], gam = a.gamma ? double(a.gamma[ch]) : 1.0;
