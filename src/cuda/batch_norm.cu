@@ -405,6 +405,21 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 // across column vectors, ty down rows; grid (column tiles, row blocks). The
 // lanes of one mask word (32 columns of a row) are consecutive tx of one ty,
 // and every lane runs the same row loop, so all reach store_mask_word.
+// In fp32 a thread loads its first row before its coefficients, so a
+// block's first DRAM loads do not wait for them (inference: four loads and a
+// square root per channel). Same-run A/B against main before it (sources
+// f1684fd), H100, 2026-11-26: NHWC fp32 forwards 0.965-1.001x the time
+// (bn+relu 0.987-1.000, inference 0.965-0.999), NCHW fp32 0.978-1.001x but
+// 7 x 7 (two coefficient sets: 40 -> 48 registers, a resident block less)
+// 1.006-1.016x. On the H200, against the same kernels without it (branch
+// exp/s17-combined): NHWC fp32 bn+relu 0.986-0.992x, Add+ReLU 0.979-0.986x,
+// inference 0.979-0.987x. Not in 16-bit: the held row cost registers (64 ->
+// 72 channels-last, a resident block less), 0.99-1.08x the time. The loop's
+// `first` flag lets nvcc peel the first trip (testing i against its start
+// held the row in registers throughout: 63 registers channels-last).
+template <class T>
+inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
+
 template <class T, int VEC, int SETS>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const CoefTable coef, int do_relu,
@@ -413,10 +428,17 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   const bool active = col0 < sh.row_len;
-  const ColumnCoefs<VEC, SETS> k(sh, coef, col0, active);
   const int64_t rows = sh.rows, step = int64_t(gridDim.y) * rows_step;
+  int64_t i = int64_t(blockIdx.y) * rows_step + ty;
+  Pack<T, VEC> x_first, z_first;
+  if (kFirstRowEarly<T> && active && i < rows) {
+    const int64_t e = (rows - 1 - i) * sh.row_len + col0;
+    x_first = load_pack<T, VEC>(x, e);
+    if (z) z_first = load_pack<T, VEC>(z, e);
+  }
+  const ColumnCoefs<VEC, SETS> k(sh, coef, col0, active);
   // Rows from the last (reduce_columns read those last: L2 may still hold them).
-  for (int64_t i = int64_t(blockIdx.y) * rows_step + ty; i < rows; i += step) {
+  for (bool first = true; i < rows; i += step, first = false) {
     const int64_t r = rows - 1 - i;
     const int64_t e = r * sh.row_len + col0;
     uint32_t bits = 0;
@@ -426,9 +448,14 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
     // Add+ReLU 1% slower, and the backward (more registers) lost.
     if (kL2Prefetch && active && r >= step) prefetch_l2(x + e - step * sh.row_len);
     if (active) {
-      const Pack<T, VEC> xs = load_pack<T, VEC>(x, e);
-      Pack<T, VEC> zs;
-      if (z) zs = load_pack<T, VEC>(z, e);
+      Pack<T, VEC> xs, zs;
+      if (kFirstRowEarly<T> && first) {
+        xs = x_first;
+        zs = z_first;
+      } else {
+        xs = load_pack<T, VEC>(x, e);
+        if (z) zs = load_pack<T, VEC>(z, e);
+      }
       float xf[VEC], zf[VEC], out[VEC];
       unpack(xs, xf);
       if (z) unpack(zs, zf);
