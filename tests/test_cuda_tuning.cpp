@@ -183,12 +183,14 @@ TEST_CASE("the sm_90 BatchNorm table spreads pass 2 over many waves on large ten
   const BatchNormTuning *t = tuning_table_for("sm_90").batch_norm;
   REQUIRE(t != nullptr);
   auto bytes_of = [](int64_t n, int64_t c, int64_t h, int64_t w, int element) { return n * c * h * w * element; };
-  // Channels-first: 4 rows per thread from 28 x 28 in 16-bit, from 14 x 14 in fp32.
+  // Channels-first: 4 rows per thread from 14 x 14 in 16-bit, from 7 x 7 in fp32 (64 MiB).
   CHECK(batch_norm_rows_per_thread(t, false, 2, bytes_of(256, 64, 112, 112, 2)) == 4);
   CHECK(batch_norm_rows_per_thread(t, false, 2, bytes_of(256, 512, 28, 28, 2)) == 4);
-  CHECK(batch_norm_rows_per_thread(t, false, 2, bytes_of(256, 1024, 14, 14, 2)) == 0);
+  CHECK(batch_norm_rows_per_thread(t, false, 2, bytes_of(256, 1024, 14, 14, 2)) == 4);
+  CHECK(batch_norm_rows_per_thread(t, false, 2, bytes_of(256, 2048, 7, 7, 2)) == 0);
   CHECK(batch_norm_rows_per_thread(t, false, 4, bytes_of(256, 1024, 14, 14, 4)) == 4);
-  CHECK(batch_norm_rows_per_thread(t, false, 4, bytes_of(256, 2048, 7, 7, 4)) == 0);
+  CHECK(batch_norm_rows_per_thread(t, false, 4, bytes_of(256, 2048, 7, 7, 4)) == 4);
+  CHECK(batch_norm_rows_per_thread(t, false, 4, bytes_of(16, 32, 112, 112, 4)) == 0);
   // Channels-last: fp32 from 28 x 28 at 8 rows per thread; 16-bit never.
   CHECK(batch_norm_rows_per_thread(t, true, 4, bytes_of(256, 512, 28, 28, 4)) == 8);
   CHECK(batch_norm_rows_per_thread(t, true, 4, bytes_of(256, 1024, 14, 14, 4)) == 0);

@@ -74,6 +74,13 @@ extern const BatchNormTuning kBatchNormSm90;
 // So R = 4 channels-first from 128 MiB (28 x 28 in 16-bit, 14 x 14 in fp32),
 // R = 8 channels-last fp32 from 256 MiB, one wave otherwise: 0.970x the time
 // of the 52 cases it changes (none over 1.005x), 0.989x over all 144.
+// H100, 2026-11-26 (branch exp/bn-r-sweep-h100, median of three, the five
+// training and inference ops): channels-first at 98 MiB (14 x 14 16-bit,
+// 7 x 7 fp32), R = 4 against one wave: 0.949-0.993 (bn+relu forward
+// 0.964-0.973, inference 0.949-0.958), R = 2 0.953-1.004, R = 8
+// 0.967-1.009; 7 x 7 16-bit (49 MiB), R = 2 0.984-1.010, R = 4
+// 0.986-1.017: left at one wave. So channels-first from 64 MiB. (The H200
+// sweep above had 14 x 14 16-bit at R = 4 0.984-1.021.)
 constexpr int64_t kMiB = int64_t(1) << 20;
 constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
@@ -81,8 +88,9 @@ const BatchNormTuning kBatchNormSm90 = {
     {{0, 0}, {kFits, kFits}},
     64,
     {{4, 4}, {0, 8}},
-    {{128 * kMiB, 128 * kMiB}, {0, 256 * kMiB}},
+    {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
     "H200: one pass channels-last from 6 MiB to 28 MiB, up to 64 channels, two passes channels-first; "
-    "pass 2 in many waves on large tensors but channels-last 16-bit"};
+    "pass 2 in many waves from 64 MiB channels-first (H100 sweep), from 256 MiB channels-last fp32, "
+    "never channels-last 16-bit"};
 
 }  // namespace xvk::gpu
