@@ -412,9 +412,10 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 // (bn+relu 0.987-1.000, inference 0.965-0.999), NCHW fp32 0.978-1.001x but
 // 7 x 7 (two coefficient sets: 40 -> 48 registers, a resident block less)
 // 1.006-1.016x. On the H200, against the same kernels without it (branch
-// exp/s17-combined): NHWC fp32 bn+relu 0.986-0.992x, Add+ReLU 0.979-0.986x,
-// inference 0.979-0.987x. Not in 16-bit: the held row cost registers (64 ->
-// 72 channels-last, a resident block less), 0.99-1.08x the time. The loop's
+// exp/s17-combined): NHWC fp32 bn+relu 0.986-0.992x, Add+ReLU 0.979-0.986x
+// (the training forwards of (16, 32, 112, 112) take the single pass),
+// inference 0.968-0.991x. Not in 16-bit: the held row cost registers (64 ->
+// 72 channels-last, a resident block less), 0.98-1.08x the time. The loop's
 // `first` flag lets nvcc peel the first trip (testing i against its start
 // held the row in registers throughout: 63 registers channels-last).
 template <class T>
