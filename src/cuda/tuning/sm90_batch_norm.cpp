@@ -89,8 +89,9 @@ const BatchNormTuning kBatchNormSm90 = {
     64,
     {{4, 4}, {0, 8}},
     {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
-    "H200: one pass channels-last from 6 MiB to 28 MiB, up to 64 channels, two passes channels-first; "
-    "pass 2 in many waves from 64 MiB channels-first (H100 sweep), from 256 MiB channels-last fp32, "
+    "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
+    "channels, two passes channels-first; "
+    "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "
     "never channels-last 16-bit"};
 
 }  // namespace xvk::gpu
