@@ -392,22 +392,9 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
   }
 }
 
-// Pass 2 over the tensor as rows (Shape), when row_len is a multiple of the
-// vector (and of 32 when a mask is written): a thread owns one column vector,
-// keeps its VEC elements' coefficients in registers and walks down the rows,
-// instead of finding and loading a coefficient per element. SETS: how many
-// coefficient sets that takes (ColumnCoefs): 1 when the vector lies in one
-// channel (channels-first, s % VEC == 0; 16-bit forward: 40 registers
-// against 56 with VEC sets, more resident warps, more loads in flight), 2
-// when it may straddle two (channels-first, VEC < s: 7 x 7, 14 x 14 planes),
-// VEC for channels-last. (Loading 2 or 4 rows ahead per thread was slower on
-// the H200: the registers cost more warps than the loads gained.) tx lanes
-// across column vectors, ty down rows; grid (column tiles, row blocks). The
-// lanes of one mask word (32 columns of a row) are consecutive tx of one ty,
-// and every lane runs the same row loop, so all reach store_mask_word.
-// In fp32 a thread loads its first row before its coefficients, so a
-// block's first DRAM loads do not wait for them (inference: four loads and a
-// square root per channel). Same-run A/B against main before it (sources
+// forward_apply_rows (below): in fp32 a thread loads its first row before
+// its coefficients, so a block's first DRAM loads do not wait for them
+// (inference: four loads and a square root per channel). Same-run A/B against main before it (sources
 // f1684fd), H100, 2026-11-26: NHWC fp32 forwards 0.965-1.001x the time
 // (bn+relu 0.987-1.000, inference 0.965-0.999), NCHW fp32 0.978-1.001x but
 // 7 x 7 (two coefficient sets: 40 -> 48 registers, a resident block less)
@@ -421,6 +408,19 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 template <class T>
 inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
 
+// Pass 2 over the tensor as rows (Shape), when row_len is a multiple of the
+// vector (and of 32 when a mask is written): a thread owns one column vector,
+// keeps its VEC elements' coefficients in registers and walks down the rows,
+// instead of finding and loading a coefficient per element. SETS: how many
+// coefficient sets that takes (ColumnCoefs): 1 when the vector lies in one
+// channel (channels-first, s % VEC == 0; 16-bit forward: 40 registers
+// against 56 with VEC sets, more resident warps, more loads in flight), 2
+// when it may straddle two (channels-first, VEC < s: 7 x 7, 14 x 14 planes),
+// VEC for channels-last. (Loading 2 or 4 rows ahead per thread was slower on
+// the H200: the registers cost more warps than the loads gained.) tx lanes
+// across column vectors, ty down rows; grid (column tiles, row blocks). The
+// lanes of one mask word (32 columns of a row) are consecutive tx of one ty,
+// and every lane runs the same row loop, so all reach store_mask_word.
 template <class T, int VEC, int SETS>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const CoefTable coef, int do_relu,
