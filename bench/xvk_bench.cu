@@ -113,8 +113,9 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, 
                           : (op.find("bwd") != std::string::npos ? OpKind::kNormBackward : OpKind::kNormForward);
   const int vec = cols % int64_t(16 / t.size) == 0 ? int(16 / t.size) : 1;
   const Flavour flavour = flavour_of(op.rfind("log_", 0) == 0 || op.rfind("rms_", 0) == 0);
+  // Clusters as DeviceInfo::clusters has them on this benchmark's sm_90 builds.
   const Config c = choose_config(tuning_table_for(arch), kind, flavour, t.id, rows, cols, vec,
-                                 DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin)});
+                                 DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin), prop.major >= 9});
   return config_name(c);
 }
 

@@ -5,7 +5,10 @@
 // configuration, checks its output against the default rule's, times it
 // (median of L2-flushed launches) and keeps the fastest.
 //
-//   xvk-tune [--reps N] [--out FILE] [--quick]
+//   xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every]
+//
+// --op K tunes OpKind K alone (0 softmax forward ... 3 norm backward) and
+// writes no table; --every also prints each candidate's time.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -57,15 +60,19 @@ const char *kDtypeNames[] = {"float32", "float16", "bfloat16"};
 
 int main(int argc, char **argv) {
   const char *out_path = nullptr;
-  bool quick = false;
+  bool quick = false, every = false;
+  int only_op = -1;
   g_reps = 15;
   g_warm_up_ms = 3.0;  // candidates run back to back: the clocks are up after the first
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else return std::fprintf(stderr, "usage: xvk-tune [--reps N] [--out FILE] [--quick]\n"), 2;
+    else if (!std::strcmp(argv[i], "--op") && i + 1 < argc) only_op = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--every")) every = true;
+    else return std::fprintf(stderr, "usage: xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every]\n"), 2;
   }
+  if (only_op >= 0 && out_path) return std::fprintf(stderr, "xvk-tune: --op writes no table (no --out)\n"), 2;
   init();
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -86,6 +93,7 @@ int main(int argc, char **argv) {
   int entries = 0, rejected = 0;
   for (const auto &[rows, rows_bound] : buckets)
   for (int op = 0; op < 4; ++op)
+  if (only_op < 0 || op == only_op)
   for (int flavour = 0; flavour < 2; ++flavour)
     for (int dtype = 0; dtype < 3; ++dtype)
       for (int64_t cols : grid) {
@@ -147,6 +155,9 @@ int main(int argc, char **argv) {
             continue;
           }
           const double us = time_us([&] { run(&c); });
+          if (every)
+            std::printf("  %-20s %-8s rows %6lld cols %6lld: %-40s %9.2f us\n", kOpNames[op][flavour], kDtypeNames[dtype],
+                        (long long)rows, (long long)cols, config_name(c).c_str(), us);
           if (c.variant == base.variant && c.group == base.group && c.packs == base.packs && c.rows == base.rows &&
               c.threads == base.threads && c.blocks_per_sm == base.blocks_per_sm)
             base_us = us;
@@ -178,7 +189,9 @@ int main(int argc, char **argv) {
                      "extern const BatchNormTuning kBatchNormSm90;  // sm90_batch_norm.cpp\n" +
                      "const TuningTable kTuningSm90 = {\"" + ctx.info->arch + ": tuned on " + prop.name + ", " + date +
                      "\", kEntries, " + std::to_string(entries) + ", &kBatchNormSm90};\n\n}  // namespace xvk::gpu\n";
-  if (out_path) {
+  if (only_op >= 0) {
+    std::printf("(--op: no table written; %d candidates rejected)\n", rejected);
+  } else if (out_path) {
     FILE *f = std::fopen(out_path, "w");
     std::fputs(file.c_str(), f);
     std::fclose(f);

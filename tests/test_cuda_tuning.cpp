@@ -16,8 +16,9 @@ using namespace xvk::gpu;
 
 namespace {
 
-// An H100 or H200: 32-lane warps, 227 KiB of shared memory per block with the opt-in.
-const DeviceLimits kSm90{32, 227 * 1024};
+// An H100 or H200: 32-lane warps, 227 KiB of shared memory per block with the
+// opt-in, thread block clusters.
+const DeviceLimits kSm90{32, 227 * 1024, true};
 
 int vec_of(int dtype) { return dtype == 0 ? 4 : 8; }  // 16 bytes of float32 or of 16-bit values
 
@@ -55,7 +56,7 @@ TEST_CASE("every row of the sm_90 table is what its operator and flavour get at 
     // The row itself, not the default rule's fallback.
     CHECK(int(c.variant) == e.variant);
     CHECK(c.blocks_per_sm == e.blocks_per_sm);
-    if (e.variant == int(Variant::kGroup)) CHECK(c.group == e.group);
+    if (e.variant == int(Variant::kGroup) || e.variant == int(Variant::kCluster)) CHECK(c.group == e.group);
     if (e.threads != 0 && e.variant != int(Variant::kBlock)) CHECK(c.threads == e.threads);
     // A block's packs: the row's, at most the entry's (fewer when the threads,
     // rounded up to whole warps, hold the row in fewer: fit_packs).
@@ -119,6 +120,38 @@ TEST_CASE("config_name spells a configuration as the benchmark tables and the tu
   CHECK(config_name(c) == "block.p4.t256.b2");
   c.variant = Variant::kRereadSums, c.packs = 2, c.threads = 1024, c.blocks_per_sm = 0;
   CHECK(config_name(c) == "rereadsums.p2.t1024");
+}
+
+TEST_CASE("a cluster row splits the norm backward's row over its blocks, where the device launches clusters") {
+  Config c;
+  c.variant = Variant::kCluster, c.vec = 8, c.group = 8, c.threads = 512;
+  // 32768 half columns: 4096 vectors, 512 per block, one per thread.
+  REQUIRE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
+  CHECK(c.packs == 1);
+  CHECK(config_name(c) == "cluster8.p1.t512");
+  c.threads = 256;  // two per thread
+  REQUIRE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
+  CHECK(c.packs == 2);
+  c.threads = 128;  // four: 32 elements, more than the registers hold
+  CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
+  c.threads = 1024;  // warps without columns
+  CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
+  c.threads = 512;
+  c.group = 3;  // not a power of two
+  CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
+  c.group = 16;  // more than every sm_90 device runs without opting in
+  CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
+  c.group = 8;
+  CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 56, kSm90));  // 7 vectors: a block left without any
+  for (int op = 0; op < 3; ++op) CHECK_FALSE(complete_config(c, OpKind(op), 1, 32768, kSm90));
+  const DeviceLimits no_clusters{32, 227 * 1024, false};
+  CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 32768, no_clusters));
+  int with = 0, without = 0;
+  for (const Config &k : candidate_configs(OpKind::kNormBackward, 1, 32768, 8, kSm90)) with += k.variant == Variant::kCluster;
+  for (const Config &k : candidate_configs(OpKind::kNormBackward, 1, 32768, 8, no_clusters))
+    without += k.variant == Variant::kCluster;
+  CHECK(with > 0);
+  CHECK(without == 0);
 }
 
 TEST_CASE("group and block rows hold the row in the fewest instantiated packs") {

@@ -314,6 +314,13 @@ bool with_reread_sums_packs(int packs, F &&f) {
   return with_packs_of(RereadSumsPacks{}, packs, f);
 }
 
+// Calls f(IntConst<PACKS>) for an instantiated kCluster shape (ClusterPacks,
+// tuning.hpp).
+template <class F>
+bool with_cluster_packs(int packs, F &&f) {
+  return with_packs_of(ClusterPacks{}, packs, f);
+}
+
 // Calls f(T{}) with the storage type of an xvk_dtype_id.
 template <class F>
 void with_dtype(int dtype, F &&f) {

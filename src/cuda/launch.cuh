@@ -22,10 +22,11 @@ struct DeviceInfo {
   int max_smem_per_block = 48 * 1024;  // with the opt-in for dynamic shared memory
   bool cooperative_launch = false;
   bool dependent_launch = false;  // launch_dependent may overlap kernels (NVIDIA sm_90 and later)
+  bool clusters = false;          // launch_clustered works here (NVIDIA sm_90 and later, code built for it)
   int64_t l2_bytes = 0;
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;
-  DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block}; }
+  DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block, clusters}; }
 };
 
 // Reads (once, thread-safely) and returns the facts of device `id`.
@@ -56,6 +57,8 @@ struct Context {
     }
   };
   std::unordered_map<KernelShape, int, KernelShapeHash> resident_blocks;
+  // (kernel, threads, blocks per cluster) -> clusters on the device, likewise.
+  std::unordered_map<KernelShape, int, KernelShapeHash> resident_cluster_counts;
 
   // Scratch of at least `bytes` on the device, reused across calls.
   error_t workspace(size_t bytes, void **out);
@@ -77,6 +80,21 @@ struct Context {
     if (occupancy_blocks_per_sm(&blocks, kernel, threads, smem) != kSuccess || blocks < 1) blocks = 1;
     resident_blocks.emplace(key, blocks);
     return blocks;
+  }
+  // Clusters of `cluster` blocks (no dynamic shared memory) resident on the
+  // device at once, for launch_clustered (queried once per shape; at least 1).
+  template <class Kernel>
+  int resident_clusters(Kernel kernel, int threads, int cluster) {
+    const KernelShape key{reinterpret_cast<const void *>(kernel), threads, size_t(cluster)};
+    auto it = resident_cluster_counts.find(key);
+    if (it != resident_cluster_counts.end()) return it->second;
+    int clusters = 0;
+    if constexpr (kClusterLaunch) {
+      if (occupancy_clusters(&clusters, kernel, threads, cluster, 0) != kSuccess) (void)get_last_error();
+    }
+    if (clusters < 1) clusters = 1;
+    resident_cluster_counts.emplace(key, clusters);
+    return clusters;
   }
 };
 

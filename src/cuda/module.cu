@@ -190,6 +190,7 @@ const DeviceInfo &device_info(int id) {
 #else
     std::snprintf(info.arch, sizeof info.arch, "sm_%d%d", prop.major, prop.minor);
     info.dependent_launch = prop.major >= 9 && runs_sm90_code(id);
+    info.clusters = info.dependent_launch;  // the same condition: sm_90 code on an sm_90 (or later) device
 #endif
     info.table = &tuning_table_for(info.arch);
   });

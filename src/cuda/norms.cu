@@ -897,6 +897,121 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
   if (sums_out.counter) finalize_in_last_block(a, sums_out);
 }
 
+// The columns of one block's slice of a row in the cluster kernel: lane
+// `lane` of the block holds vectors p * blockDim.x + lane of the slice, as
+// RowMapping's lanes do over a whole row.
+struct SliceMapping {
+  int begin, lane, width;
+  __device__ __forceinline__ int col(int p, int vec) const { return begin + (p * width + lane) * vec; }
+};
+
+// Backward for wide rows, a row per cluster of blocks (Variant::kCluster,
+// thread block clusters: NVIDIA sm_90 and later). Block r of a cluster owns
+// columns [r * slice_cols, (r + 1) * slice_cols) of every row the cluster
+// takes, so its lanes hold their x, dy and gamma, and keep their dgamma and
+// dbeta sums, in registers however wide the row: x and dy are read once and
+// no column pass reads them again (kReread reads them three times; at 32768
+// columns that pass alone took 35% of the time, H100). The row sums meet in
+// shared memory: each block sends its share to every block of the cluster
+// (store_to_cluster_block), one cluster barrier per row, and every block adds
+// the shares in rank order, so all blocks get the same bits and the result
+// is the same run to run. The shares go to one of two slots by row parity:
+// a block writes row i's slot only after the barrier of row i - 1, which
+// every block passes only after reading the slot of row i - 2. Lanes load
+// their next row while they reduce the current one, and add to their dgamma
+// and dbeta sums between the barrier's two halves. partial gets one row of
+// [2][cols] sums per cluster.
+template <class T, int VEC, int PACKS>
+__global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
+    norm_backward_cluster(const xvk_norm_backward_args a, const ParamGradSums sums_out, int slice_cols) {
+  __shared__ float scratch[2][kMaxWarpsPerBlock];
+  __shared__ float2 shares[2][kMaxClusterBlocks];  // [row parity][rank]: each block's row sums
+  const unsigned rank = cluster_block_rank(), ranks = cluster_blocks();
+  const int64_t first_row = cluster_index(), row_step = cluster_count();
+  const SliceMapping map{int(rank) * slice_cols, int(threadIdx.x), int(blockDim.x)};
+  const int end = map.begin + slice_cols < a.cols ? map.begin + slice_cols : a.cols;  // past the slice
+  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  float g[PACKS][VEC], unused[VEC];  // 0 past the slice, where dy reads as 0 too
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    if (map.col(p, VEC) < end) {
+      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], unused);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) g[p][i] = 0.0f;
+    }
+  }
+  float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {};
+  const float inv_cols = 1.0f / float(a.cols);
+  const T *x_data = static_cast<const T *>(a.x.data), *dy_data = static_cast<const T *>(a.dy.data);
+  Pack<T, VEC> raw_x[PACKS], raw_dy[PACKS];
+  float raw_mean, raw_rstd;
+  auto issue = [&](int64_t row) {
+    const bool valid = row < a.rows;
+    raw_mean = valid && a.mean ? a.mean[row] : 0.0f;
+    raw_rstd = valid ? a.rstd[row] : 0.0f;
+    issue_row(map, dy_data + row * a.dy.row_stride, valid, end, raw_dy);
+    issue_row(map, x_data + row * a.x.row_stride, valid, end, raw_x);
+  };
+  issue(first_row);
+  int parity = 0;
+  for (int64_t row = first_row; row < a.rows; row += row_step, parity ^= 1) {
+    float xhat[PACKS][VEC], dy[PACKS][VEC];
+    unpack_row(raw_x, xhat);
+    unpack_row(raw_dy, dy);
+    const float mean = raw_mean, rstd = raw_rstd;
+    issue(row + row_step);
+    float sums[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        xhat[p][i] = (xhat[p][i] - mean) * rstd;
+        const float dyg = dy[p][i] * g[p][i];
+        sums[0] += dyg;
+        sums[1] += dyg * xhat[p][i];
+      }
+    RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
+    if (threadIdx.x < ranks) store_to_cluster_block(&shares[parity][rank], threadIdx.x, make_float2(sums[0], sums[1]));
+    cluster_arrive();
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        acc_g[p][i] += dy[p][i] * xhat[p][i];
+        acc_b[p][i] += dy[p][i];
+      }
+    cluster_wait();
+    float total[2] = {0.0f, 0.0f};
+    for (unsigned r = 0; r < ranks; ++r) {
+      const float2 share = shares[parity][r];
+      total[0] += share.x, total[1] += share.y;
+    }
+    const float c1 = a.rms ? 0.0f : total[0] * inv_cols, c2 = total[1] * inv_cols;
+    T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const int col = map.col(p, VEC);
+      if (col >= end) continue;
+      float out[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) out[i] = rstd * (dy[p][i] * g[p][i] - c1 - xhat[p][i] * c2);
+      store_vec<T, VEC>(dx + col, out);
+    }
+  }
+  // Every store into another block's shared memory came before a barrier
+  // that block has passed too, so each block may end when its own work does.
+  if (!sums_out.partial) return;
+  float *pg = sums_out.partial + first_row * 2 * a.cols, *pb = pg + a.cols;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = map.col(p, VEC);
+    if (col >= end) continue;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) pg[col + i] = acc_g[p][i], pb[col + i] = acc_b[p][i];
+  }
+}
+
 // dgamma/dbeta partials for rows too wide for the register variants: block
 // (x, y) sums columns [x * blockDim.x * VEC, ...) over row chunk y.
 template <class T, int VEC>
@@ -1035,6 +1150,7 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
                                 size_t(shared_bytes(OpKind::kNormForward, a.cols, VEC, sizeof(T))), a);
       break;
     case Variant::kRereadSums:  // the backward's (complete_config)
+    case Variant::kCluster:     // the backward's (complete_config)
     case Variant::kSharedDy:    // the softmax backward's (complete_config)
       break;
   }
@@ -1142,6 +1258,27 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     with_block_packs(c.packs, [&](auto packs) {
       launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, "norm_backward_registers", 1, 0);
     });
+  } else if (c.variant == Variant::kCluster) {
+    if constexpr (kClusterLaunch) {
+      const int64_t slice_cols = ceil_div(ceil_div(a.cols, VEC), c.group) * VEC;
+      with_cluster_packs(c.packs, [&](auto packs) {
+        constexpr int P = decltype(packs)::value;
+        if constexpr (P * VEC <= kMaxClusterElems) {
+        const auto kernel = norm_backward_cluster<T, VEC, P>;
+        // One wave of clusters, each walking its share of the rows (a cap
+        // of n blocks per SM: at most sm_count * n / group clusters).
+        int64_t clusters = ctx.resident_clusters(kernel, c.threads, c.group);
+        if (c.blocks_per_sm > 0) clusters = std::min<int64_t>(clusters, int64_t(ctx.info->sm_count) * c.blocks_per_sm / c.group);
+        clusters = std::max<int64_t>(1, std::min<int64_t>(clusters, a.rows));
+        ParamGradScratch scratch;
+        if (want_params && (status = param_grad_scratch(ctx, clusters, a.cols, false, &scratch)) != XVK_SUCCESS) return;
+        const error_t e = launch_clustered(kernel, unsigned(clusters * c.group), unsigned(c.threads), unsigned(c.group),
+                                           0, ctx.stream, a, scratch.sums, int(slice_cols));
+        status = e == kSuccess ? check_launch("norm_backward_cluster") : device_error("norm_backward_cluster", e);
+        if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, scratch);
+        }
+      });
+    }
   } else if (c.variant == Variant::kRereadSums) {
     const size_t smem = size_t(config_shared_bytes(OpKind::kNormBackward, c, a.cols, sizeof(T)));
     with_reread_sums_packs(c.packs, [&](auto packs) {

@@ -74,6 +74,18 @@ inline error_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block
   kernel<<<grid, block, 0, s>>>(args...);
   return hipGetLastError();
 }
+// Thread block clusters (kClusterLaunch): none on AMD. Never called there:
+// DeviceInfo::clusters is false, so no configuration asks for them.
+inline constexpr bool kClusterLaunch = false;
+template <class... Params, class... Args>
+inline error_t launch_clustered(void (*)(Params...), unsigned, unsigned, unsigned, size_t, stream_t, Args...) {
+  return hipErrorNotSupported;
+}
+template <class... Params>
+inline error_t occupancy_clusters(int *clusters, void (*)(Params...), int, int, size_t) {
+  *clusters = 0;
+  return hipErrorNotSupported;
+}
 inline int max_smem_per_block(const device_prop_t &p) { return int(p.sharedMemPerBlock); }
 inline constexpr const char *kRuntimeName = "HIP";
 inline constexpr const char *kBackendName = "hip";  // also the prefix of the runtime API
@@ -146,6 +158,43 @@ inline int kernel_ptx_version(Kernel kernel) {
     return 0;
   }
   return a.ptxVersion;
+}
+// Thread block clusters (sm_90 and later): `cluster` consecutive blocks of a
+// one-dimensional grid run at once on one GPC and may read and write each
+// other's shared memory (store_to_cluster_block) and wait for each other
+// (cluster_arrive, cluster_wait). kClusterLaunch says whether the backend can
+// launch them at all; DeviceInfo::clusters whether the device can.
+inline constexpr bool kClusterLaunch = true;
+inline cudaLaunchConfig_t cluster_launch_config(unsigned blocks, unsigned threads, unsigned cluster, size_t smem,
+                                                stream_t s, cudaLaunchAttribute *attribute) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = s;
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = cluster;
+  attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+template <class... Params, class... Args>
+inline error_t launch_clustered(void (*kernel)(Params...), unsigned blocks, unsigned threads, unsigned cluster,
+                                size_t smem, stream_t s, Args... args) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_launch_config(blocks, threads, cluster, smem, s, &attribute);
+  return cudaLaunchKernelEx(&config, kernel, Params(args)...);
+}
+// How many clusters of `cluster` blocks of the kernel can be resident on the
+// device at once.
+template <class... Params>
+inline error_t occupancy_clusters(int *clusters, void (*kernel)(Params...), int threads, int cluster, size_t smem) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_launch_config(unsigned(cluster), unsigned(threads), unsigned(cluster), smem,
+                                                          nullptr, &attribute);
+  return cudaOccupancyMaxActiveClusters(clusters, kernel, &config);
 }
 inline int max_smem_per_block(const device_prop_t &p) { return int(p.sharedMemPerBlockOptin); }
 inline constexpr const char *kRuntimeName = "CUDA";
@@ -332,6 +381,67 @@ __device__ __forceinline__ void allow_next_kernel() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+// Inside a cluster launched by launch_clustered (NVIDIA sm_90 and later;
+// code built for older architectures or for AMD never runs these, and traps
+// if it does): which cluster of the grid this block is in, how many there
+// are, this block's rank in its cluster and the cluster's size.
+#if XVK_GPU_CUDA
+#define XVK_CLUSTER_TRAP() __trap()
+#else
+#define XVK_CLUSTER_TRAP() __builtin_trap()
+#endif
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define XVK_CLUSTER_REGISTER(name, reg)                  \
+  __device__ __forceinline__ unsigned name() {           \
+    unsigned v;                                          \
+    asm("mov.u32 %0, %%" reg ";" : "=r"(v));             \
+    return v;                                            \
+  }
+#else
+#define XVK_CLUSTER_REGISTER(name, reg) \
+  __device__ __forceinline__ unsigned name() { XVK_CLUSTER_TRAP(); return 0; }
+#endif
+XVK_CLUSTER_REGISTER(cluster_index, "clusterid.x")
+XVK_CLUSTER_REGISTER(cluster_count, "nclusterid.x")
+XVK_CLUSTER_REGISTER(cluster_block_rank, "cluster_ctarank")
+XVK_CLUSTER_REGISTER(cluster_blocks, "cluster_nctarank")
+#undef XVK_CLUSTER_REGISTER
+
+// Stores v at `local` (a __shared__ address of this kernel) in the shared
+// memory of block `rank` of this cluster: the same variable, in that block.
+__device__ __forceinline__ void store_to_cluster_block(float2 *local, unsigned rank, float2 v) {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned address = unsigned(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote), "f"(v.x), "f"(v.y) : "memory");
+#else
+  (void)local, (void)rank, (void)v;
+  XVK_CLUSTER_TRAP();
+#endif
+}
+
+// A barrier over every thread of the cluster, in two halves: after
+// cluster_arrive, this thread's earlier stores (to any block's shared memory)
+// are visible to the threads that return from their cluster_wait; between
+// the two the thread may do work that needs no other block's results. All
+// threads of the cluster call both, the same number of times.
+__device__ __forceinline__ void cluster_arrive() {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#else
+  XVK_CLUSTER_TRAP();
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  XVK_CLUSTER_TRAP();
+#endif
+}
+#undef XVK_CLUSTER_TRAP
 
 // Asks for the 128-byte line at p to be brought into L2 (no register, no
 // wait): a load issued later finds it there. NVIDIA only; a no-op elsewhere,

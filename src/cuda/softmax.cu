@@ -534,6 +534,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
                                   a.rows, 1, size_t(config_shared_bytes(OpKind::kSoftmaxBackward, c, a.cols, sizeof(T))), a);
       break;
     case Variant::kRereadSums:  // the norm backward's (complete_config)
+    case Variant::kCluster:     // the norm backward's (complete_config)
       break;
   }
   return status;

@@ -89,6 +89,22 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       if (c.threads > reread_sums_max_threads(elems, beta_shared)) return false;
       return !beta_shared || config_shared_bytes(op, c, cols, elem_size) + kSharedReserve <= limits.max_shared_bytes;
     }
+    case Variant::kCluster: {
+      c.rows = 1;
+      const int blocks = c.group;
+      if (op != OpKind::kNormBackward || !limits.clusters || blocks < 2 || blocks > kMaxClusterBlocks ||
+          (blocks & (blocks - 1)) || c.threads < 2 * warp_size || c.threads % warp_size != 0)
+        return false;
+      const int64_t slice = ceil_div(vectors, blocks);  // vectors per block
+      // Every block holds part of the row: with fewer vectors than blocks
+      // (or the last slice empty) the cluster is too large for the row.
+      if (slice * (blocks - 1) >= vectors) return false;
+      c.packs = fit_packs_of(ClusterPacks{}, ceil_div(slice, c.threads));
+      if (c.packs == 0 || c.packs * c.vec > kMaxClusterElems) return false;
+      // No warp left without columns: the threads the slice needs, in whole warps.
+      return c.threads <= ceil_div(ceil_div(slice, c.packs), warp_size) * warp_size &&
+             c.threads <= cluster_kernel_max_threads(c.packs * c.vec);
+    }
     case Variant::kShared:
     case Variant::kSharedDy: {
       c.rows = 1;
@@ -141,13 +157,14 @@ const char *variant_name(Variant v) {
     case Variant::kShared: return "shared";
     case Variant::kRereadSums: return "rereadsums";
     case Variant::kSharedDy: return "shareddy";
+    case Variant::kCluster: return "cluster";
   }
   return "?";
 }
 
 std::string config_name(const Config &c) {
   std::string s = variant_name(c.variant);
-  if (c.variant == Variant::kGroup) s += std::to_string(c.group);
+  if (c.variant == Variant::kGroup || c.variant == Variant::kCluster) s += std::to_string(c.group);
   s += ".p" + std::to_string(c.packs);
   if (c.variant == Variant::kGroup) s += ".r" + std::to_string(c.rows);
   s += ".t" + std::to_string(c.threads);
@@ -180,6 +197,12 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
     for (int threads : {256, 512, 1024}) {
       Config c;
       c.variant = v, c.vec = vec, c.threads = threads;
+      if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
+    }
+  for (int blocks = 2; blocks <= kMaxClusterBlocks; blocks *= 2)
+    for (int threads : {128, 256, 512, 1024}) {
+      Config c;
+      c.variant = Variant::kCluster, c.vec = vec, c.group = blocks, c.threads = threads;
       if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
     }
   // Capping resident blocks keeps a re-read row in L2 between its two passes,

@@ -19,6 +19,8 @@ enum class Variant : int {
   kRereadSums = 4,  // norm backward: reread, each thread keeping the dgamma/dbeta sums of its columns (dbeta's
                     // in shared memory when registers cannot hold both: reread_sums_beta_shared)
   kSharedDy = 5,    // softmax backward: as kShared, keeping dy's row only (a row pair too wide for shared memory)
+  kCluster = 6,     // norm backward: a cluster of `group` blocks owns a row, each block a slice of its columns in
+                    // registers, their row sums met in shared memory (thread block clusters: NVIDIA sm_90 and later)
 };
 
 // Instantiated shapes: group widths 1..32 (a sub-warp on any vendor), packs
@@ -103,7 +105,18 @@ inline constexpr int reread_sums_beta_run_floats(int elems) { return elems + 4; 
 struct DeviceLimits {
   int warp_size = 0;         // the device's (DeviceInfo::warp_size): no default
   int max_shared_bytes = 0;  // dynamic shared memory one block may have (0: no kShared)
+  bool clusters = false;     // thread block clusters can be launched (kCluster)
 };
+
+// kCluster: blocks per cluster 2, 4 or 8 (8, the most every sm_90 device
+// runs without opting in to larger ones). A block's slice of the row is
+// ceil(vectors / blocks) vectors; each of its threads holds packs of them
+// (ClusterPacks, the kernels' instantiations too) up to kMaxClusterElems
+// elements, with x, dy, gamma and the dgamma/dbeta sums all in registers.
+inline constexpr int kMaxClusterBlocks = 8;
+using ClusterPacks = std::integer_sequence<int, 1, 2, 4>;
+inline constexpr int kMaxClusterElems = 16;
+inline constexpr int cluster_kernel_max_threads(int elems) { return elems <= 4 ? 1024 : elems <= 8 ? 512 : 256; }
 
 // kShared keeps the row as stored (the call's dtype), in whole vectors, in
 // dynamic shared memory; the kernels' own static shared memory stays below
@@ -125,8 +138,8 @@ inline constexpr int64_t shared_bytes(OpKind op, int64_t cols, int vec, int elem
 struct Config {
   Variant variant = Variant::kReread;
   int vec = 1;       // elements per memory access (16 bytes worth, or 1)
-  int group = 0;     // kGroup: lanes per row
-  int packs = 1;     // kGroup, kBlock, kRereadSums: vectors per lane per row (kGroup, kBlock: fit_packs)
+  int group = 0;     // kGroup: lanes per row; kCluster: blocks per row (per cluster)
+  int packs = 1;     // kGroup, kBlock, kRereadSums, kCluster: vectors per lane per row (kGroup, kBlock: fit_packs)
   int rows = 1;      // kGroup: rows per group at once (1 or 2)
   int threads = 256; // threads per block
   int blocks_per_sm = 0;  // grid: 0, as many blocks as fit at once; n > 0, at most n per SM; kGridCoversRows
@@ -181,7 +194,7 @@ struct TuningEntry {
   int64_t max_rows;
   int64_t max_cols;
   int variant;    // Variant
-  int group;      // kGroup: lanes per row
+  int group;      // kGroup: lanes per row; kCluster: blocks per row
   int rows;       // kGroup: rows per group
   int packs;      // kBlock: vectors per lane (threads follow from cols)
   int threads;    // kGroup, kReread, kShared, kRereadSums: threads per block
