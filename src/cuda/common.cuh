@@ -176,6 +176,47 @@ struct RowMapping {
   __device__ __forceinline__ int col(int p, int vec) const { return (p * width + lane) * vec; }
 };
 
+// The kCluster kernels (thread block clusters, NVIDIA sm_90 and later): a
+// cluster of `blocks` blocks owns a row at a time, rows first_row,
+// first_row + row_step, ...; block `rank` owns columns [begin, end) of each,
+// a slice of slice_cols columns (the last may be shorter), its lane `lane`
+// holding vectors p * blockDim.x + lane of the slice as RowMapping's lanes
+// do over a whole row.
+struct ClusterSlice {
+  int rank, blocks, begin, end, lane, width;
+  int64_t first_row, row_step;
+  __device__ __forceinline__ ClusterSlice(int slice_cols, int64_t cols) {
+    rank = int(cluster_block_rank());
+    blocks = int(cluster_blocks());
+    begin = rank * slice_cols;
+    end = int(int64_t(begin) + slice_cols < cols ? begin + slice_cols : cols);
+    lane = int(threadIdx.x);
+    width = int(blockDim.x);
+    first_row = cluster_index();
+    row_step = cluster_count();
+  }
+  __device__ __forceinline__ int col(int p, int vec) const { return begin + (p * width + lane) * vec; }
+};
+
+// Where the blocks of a cluster meet a row's sums: slot[parity][r] holds
+// block r's share (two floats) of the row of that parity.
+struct RowShares {
+  float2 slot[2][kMaxClusterBlocks];
+};
+
+// Sends this block's share of a row's sums to every block of the cluster
+// (after a block-wide reduction: every thread holds `mine`) and arrives at
+// the cluster barrier. After cluster_wait() every block reads all shares
+// from its own slots and adds them in rank order: the same bits in every
+// block, run to run. Two slots by row parity make one barrier per row
+// enough: a block writes row i's slots only after the barrier of row i - 1,
+// which no block passes before it has read the slots of row i - 2.
+__device__ __forceinline__ void share_row_sums(RowShares &shares, int parity, float2 mine) {
+  const unsigned rank = cluster_block_rank();
+  if (threadIdx.x < cluster_blocks()) store_to_cluster_block(&shares.slot[parity][rank], threadIdx.x, mine);
+  cluster_arrive();
+}
+
 // A lane's share of a row loaded in two steps: first every load is issued
 // (issue_row), then the values are unpacked (unpack_row). With a use between
 // two loads, each load would wait out the previous one's memory latency;

@@ -2,6 +2,7 @@
 // and the helpers every operator uses to pick and launch a kernel.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -177,6 +178,30 @@ template <class Kernel, class... Args>
 xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
                          int64_t rows_per_block, const Args &...args) {
   return launch_rows_smem(ctx, c, kernel, name, rows, rows_per_block, 0, args...);
+}
+
+// kCluster launches (Config c: c.group blocks per cluster, a row per
+// cluster at a time). A block's slice of the row: its share of the row's
+// vectors, in columns.
+inline int cluster_slice_cols(int64_t cols, int vec, int blocks) {
+  return int(ceil_div(ceil_div(cols, vec), blocks) * vec);
+}
+// The grid's clusters: as many as the device holds at once (at most
+// c.blocks_per_sm blocks per SM when capped), each walking its share of the
+// rows; never more than the rows.
+template <class Kernel>
+int64_t cluster_grid(Context &ctx, const Config &c, Kernel kernel, int64_t rows) {
+  int64_t clusters = ctx.resident_clusters(kernel, c.threads, c.group);
+  if (c.blocks_per_sm > 0)
+    clusters = std::min<int64_t>(clusters, std::max<int64_t>(1, int64_t(ctx.info->sm_count) * c.blocks_per_sm / c.group));
+  return std::max<int64_t>(1, std::min<int64_t>(clusters, rows));
+}
+template <class... Params, class... Args>
+xvk_status_t launch_cluster_rows(Context &ctx, const Config &c, void (*kernel)(Params...), const char *name,
+                                 int64_t clusters, const Args &...args) {
+  const error_t e = launch_clustered(kernel, unsigned(clusters * c.group), unsigned(c.threads), unsigned(c.group), 0,
+                                     ctx.stream, args...);
+  return e == kSuccess ? check_launch(name) : device_error(name, e);
 }
 
 // Whether a grid of `blocks` blocks, each streaming one row of row_bytes

@@ -897,39 +897,23 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
   if (sums_out.counter) finalize_in_last_block(a, sums_out);
 }
 
-// The columns of one block's slice of a row in the cluster kernel: lane
-// `lane` of the block holds vectors p * blockDim.x + lane of the slice, as
-// RowMapping's lanes do over a whole row.
-struct SliceMapping {
-  int begin, lane, width;
-  __device__ __forceinline__ int col(int p, int vec) const { return begin + (p * width + lane) * vec; }
-};
-
 // Backward for wide rows, a row per cluster of blocks (Variant::kCluster,
-// thread block clusters: NVIDIA sm_90 and later). Block r of a cluster owns
-// columns [r * slice_cols, (r + 1) * slice_cols) of every row the cluster
-// takes, so its lanes hold their x, dy and gamma, and keep their dgamma and
-// dbeta sums, in registers however wide the row: x and dy are read once and
-// no column pass reads them again (kReread reads them three times; at 32768
-// columns that pass alone took 35% of the time, H100). The row sums meet in
-// shared memory: each block sends its share to every block of the cluster
-// (store_to_cluster_block), one cluster barrier per row, and every block adds
-// the shares in rank order, so all blocks get the same bits and the result
-// is the same run to run. The shares go to one of two slots by row parity:
-// a block writes row i's slot only after the barrier of row i - 1, which
-// every block passes only after reading the slot of row i - 2. Lanes load
-// their next row while they reduce the current one, and add to their dgamma
-// and dbeta sums between the barrier's two halves. partial gets one row of
-// [2][cols] sums per cluster.
+// ClusterSlice): each block's lanes hold their x, dy and gamma, and keep
+// their dgamma and dbeta sums, in registers however wide the row, so x and
+// dy are read once and no column pass reads them again (kReread reads them
+// three times; at 32768 columns that pass alone took 35% of the time, H100).
+// The two row sums meet through share_row_sums. Lanes load their next row
+// while they reduce the current one, and add to their dgamma and dbeta sums
+// between the barrier's two halves. partial gets one row of [2][cols] sums
+// per cluster.
 template <class T, int VEC, int PACKS>
 __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
     norm_backward_cluster(const xvk_norm_backward_args a, const ParamGradSums sums_out, int slice_cols) {
   __shared__ float scratch[2][kMaxWarpsPerBlock];
-  __shared__ float2 shares[2][kMaxClusterBlocks];  // [row parity][rank]: each block's row sums
-  const unsigned rank = cluster_block_rank(), ranks = cluster_blocks();
-  const int64_t first_row = cluster_index(), row_step = cluster_count();
-  const SliceMapping map{int(rank) * slice_cols, int(threadIdx.x), int(blockDim.x)};
-  const int end = map.begin + slice_cols < a.cols ? map.begin + slice_cols : a.cols;  // past the slice
+  __shared__ RowShares shares;
+  const ClusterSlice map(slice_cols, a.cols);
+  const int end = map.end;
+  const int64_t first_row = map.first_row, row_step = map.row_step;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   float g[PACKS][VEC], unused[VEC];  // 0 past the slice, where dy reads as 0 too
 #pragma unroll
@@ -972,8 +956,7 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
         sums[1] += dyg * xhat[p][i];
       }
     RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
-    if (threadIdx.x < ranks) store_to_cluster_block(&shares[parity][rank], threadIdx.x, make_float2(sums[0], sums[1]));
-    cluster_arrive();
+    share_row_sums(shares, parity, make_float2(sums[0], sums[1]));
 #pragma unroll
     for (int p = 0; p < PACKS; ++p)
 #pragma unroll
@@ -983,8 +966,8 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
       }
     cluster_wait();
     float total[2] = {0.0f, 0.0f};
-    for (unsigned r = 0; r < ranks; ++r) {
-      const float2 share = shares[parity][r];
+    for (int r = 0; r < map.blocks; ++r) {
+      const float2 share = shares.slot[parity][r];
       total[0] += share.x, total[1] += share.y;
     }
     const float c1 = a.rms ? 0.0f : total[0] * inv_cols, c2 = total[1] * inv_cols;
@@ -1260,22 +1243,17 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     });
   } else if (c.variant == Variant::kCluster) {
     if constexpr (kClusterLaunch) {
-      const int64_t slice_cols = ceil_div(ceil_div(a.cols, VEC), c.group) * VEC;
       with_cluster_packs(c.packs, [&](auto packs) {
         constexpr int P = decltype(packs)::value;
         if constexpr (P * VEC <= kMaxClusterElems) {
-        const auto kernel = norm_backward_cluster<T, VEC, P>;
-        // One wave of clusters, each walking its share of the rows (a cap
-        // of n blocks per SM: at most sm_count * n / group clusters).
-        int64_t clusters = ctx.resident_clusters(kernel, c.threads, c.group);
-        if (c.blocks_per_sm > 0) clusters = std::min<int64_t>(clusters, int64_t(ctx.info->sm_count) * c.blocks_per_sm / c.group);
-        clusters = std::max<int64_t>(1, std::min<int64_t>(clusters, a.rows));
-        ParamGradScratch scratch;
-        if (want_params && (status = param_grad_scratch(ctx, clusters, a.cols, false, &scratch)) != XVK_SUCCESS) return;
-        const error_t e = launch_clustered(kernel, unsigned(clusters * c.group), unsigned(c.threads), unsigned(c.group),
-                                           0, ctx.stream, a, scratch.sums, int(slice_cols));
-        status = e == kSuccess ? check_launch("norm_backward_cluster") : device_error("norm_backward_cluster", e);
-        if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, scratch);
+          const auto kernel = norm_backward_cluster<T, VEC, P>;
+          const int64_t clusters = cluster_grid(ctx, c, kernel, a.rows);  // one part of the sums each
+          ParamGradScratch scratch;
+          if (want_params && (status = param_grad_scratch(ctx, clusters, a.cols, false, &scratch)) != XVK_SUCCESS)
+            return;
+          status = launch_cluster_rows(ctx, c, kernel, "norm_backward_cluster", clusters, a, scratch.sums,
+                                       cluster_slice_cols(a.cols, VEC, c.group));
+          if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, scratch);
         }
       });
     }
