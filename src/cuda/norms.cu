@@ -912,6 +912,7 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
   __shared__ float scratch[2][kMaxWarpsPerBlock];
   __shared__ RowShares shares;
   const ClusterSlice map(slice_cols, a.cols);
+  cluster_arrive();  // see cluster_wait below
   const int end = map.end;
   const int64_t first_row = map.first_row, row_step = map.row_step;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
@@ -938,6 +939,10 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
     issue_row(map, x_data + row * a.x.row_stride, valid, end, raw_x);
   };
   issue(first_row);
+  // No block writes into another's shared memory before every block of the
+  // cluster has started (compute-sanitizer racecheck: a write to "a block
+  // that might not have entered yet").
+  cluster_wait();
   int parity = 0;
   for (int64_t row = first_row; row < a.rows; row += row_step, parity ^= 1) {
     float xhat[PACKS][VEC], dy[PACKS][VEC];
