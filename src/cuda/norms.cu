@@ -906,9 +906,14 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
 // while they reduce the current one, and add to their dgamma and dbeta sums
 // between the barrier's two halves. partial gets one row of [2][cols] sums
 // per cluster.
+// Float32 lanes also ask L2 for the row after next (prefetch_row_l2). H100,
+// same build, on against off (bench/results/h100-2026-11-26-cluster-l2-ahead.txt):
+// float32 2.3-3.2% faster at 32768 columns, 0-0.6% at 16384; 16-bit 5-9%
+// slower.
 template <class T, int VEC, int PACKS>
 __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
     norm_backward_cluster(const xvk_norm_backward_args a, const ParamGradSums sums_out, int slice_cols) {
+  constexpr bool kAheadL2 = kL2Prefetch && sizeof(T) == 4;
   __shared__ float scratch[2][kMaxWarpsPerBlock];
   __shared__ RowShares shares;
   const ClusterSlice map(slice_cols, a.cols);
@@ -950,6 +955,11 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
     unpack_row(raw_dy, dy);
     const float mean = raw_mean, rstd = raw_rstd;
     issue(row + row_step);
+    if constexpr (kAheadL2) {
+      const int64_t ahead = row + 2 * row_step;
+      prefetch_row_l2<T, VEC, PACKS>(map, dy_data + ahead * a.dy.row_stride, ahead < a.rows, end);
+      prefetch_row_l2<T, VEC, PACKS>(map, x_data + ahead * a.x.row_stride, ahead < a.rows, end);
+    }
     float sums[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int p = 0; p < PACKS; ++p)
