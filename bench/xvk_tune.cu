@@ -7,8 +7,10 @@
 //
 //   xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every]
 //
-// --op K tunes OpKind K alone (0 softmax forward ... 3 norm backward) and
-// writes no table; --every also prints each candidate's time.
+// --op K tunes OpKind K alone (0 softmax forward ... 3 norm backward); with
+// --out it replaces that operator's rows of the table already in FILE (and
+// says so in its header), else it writes nothing. --every also prints each
+// candidate's time.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -72,7 +74,6 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--every")) every = true;
     else return std::fprintf(stderr, "usage: xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every]\n"), 2;
   }
-  if (only_op >= 0 && out_path) return std::fprintf(stderr, "xvk-tune: --op writes no table (no --out)\n"), 2;
   init();
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -189,8 +190,43 @@ int main(int argc, char **argv) {
                      "extern const BatchNormTuning kBatchNormSm90;  // sm90_batch_norm.cpp\n" +
                      "const TuningTable kTuningSm90 = {\"" + ctx.info->arch + ": tuned on " + prop.name + ", " + date +
                      "\", kEntries, " + std::to_string(entries) + ", &kBatchNormSm90};\n\n}  // namespace xvk::gpu\n";
-  if (only_op >= 0) {
-    std::printf("(--op: no table written; %d candidates rejected)\n", rejected);
+  if (only_op >= 0 && out_path) {
+    // Replace the operator's rows of the existing table, in place.
+    std::string old_file, line, merged;
+    if (FILE *f = std::fopen(out_path, "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) old_file.append(buf, n);
+      std::fclose(f);
+    }
+    const std::string row_prefix = "    {" + std::to_string(only_op) + ", ";
+    const std::string note = "// OpKind " + std::to_string(only_op) + " rows re-tuned alone (xvk-tune --op " +
+                             std::to_string(only_op) + ") on an " + prop.name + " on " + date + ".\n";
+    const std::string note_prefix = note.substr(0, note.find(" on an "));
+    int replaced = 0;
+    bool inserted = false, noted = false;
+    for (size_t pos = 0; pos < old_file.size();) {
+      const size_t end = old_file.find('\n', pos);
+      line = old_file.substr(pos, end == std::string::npos ? std::string::npos : end + 1 - pos);
+      pos = end == std::string::npos ? old_file.size() : end + 1;
+      if (line.rfind(note_prefix, 0) == 0) continue;  // an earlier note for this operator
+      if (!noted && line.rfind("#include", 0) == 0) merged += note, noted = true;
+      if (line.rfind(row_prefix, 0) == 0) {
+        ++replaced;
+        if (!inserted) merged += table, inserted = true;
+        continue;
+      }
+      merged += line;
+    }
+    if (replaced != entries)
+      return std::fprintf(stderr, "xvk-tune: %s has %d rows of op %d, this run %d: not replaced\n", out_path, replaced,
+                          only_op, entries), 2;
+    FILE *f = std::fopen(out_path, "w");
+    std::fputs(merged.c_str(), f);
+    std::fclose(f);
+    std::printf("replaced %d rows of op %d in %s (%d candidates rejected)\n", replaced, only_op, out_path, rejected);
+  } else if (only_op >= 0) {
+    std::printf("(--op without --out: no table written; %d candidates rejected)\n", rejected);
   } else if (out_path) {
     FILE *f = std::fopen(out_path, "w");
     std::fputs(file.c_str(), f);
