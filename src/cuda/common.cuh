@@ -207,11 +207,12 @@ struct RowShares {
 // Sends this block's share of a row's sums to every block of the cluster
 // (after a block-wide reduction: every thread holds `mine`; the first time
 // only once all blocks of the cluster have passed a cluster barrier, so
-// that each has started) and arrives at the cluster barrier. After cluster_wait() every block reads all shares
-// from its own slots and adds them in rank order: the same bits in every
-// block, run to run. Two slots by row parity make one barrier per row
-// enough: a block writes row i's slots only after the barrier of row i - 1,
-// which no block passes before it has read the slots of row i - 2.
+// that each has started) and arrives at the cluster barrier. After
+// cluster_wait() every block reads all shares from its own slots and adds
+// them in rank order: the same bits in every block, run to run. Two slots
+// by row parity make one barrier per row enough: a block writes row i's
+// slots only after the barrier of row i - 1, which no block passes before
+// it has read the slots of row i - 2.
 __device__ __forceinline__ void share_row_sums(RowShares &shares, int parity, float2 mine) {
   const unsigned rank = cluster_block_rank();
   if (threadIdx.x < cluster_blocks()) store_to_cluster_block(&shares.slot[parity][rank], threadIdx.x, mine);
