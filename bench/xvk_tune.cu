@@ -13,6 +13,7 @@
 // candidate's time.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -70,7 +71,14 @@ int main(int argc, char **argv) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--op") && i + 1 < argc) only_op = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--op") && i + 1 < argc) {
+      // An OpKind, 0 to 3: anything else would tune nothing and leave the table as it was.
+      char *end = nullptr;
+      const long k = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || k < 0 || k > 3)
+        return std::fprintf(stderr, "xvk-tune: --op wants an OpKind from 0 to 3, got '%s'\n", argv[i]), 2;
+      only_op = int(k);
+    }
     else if (!std::strcmp(argv[i], "--every")) every = true;
     else return std::fprintf(stderr, "usage: xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every]\n"), 2;
   }
