@@ -213,9 +213,8 @@ struct RowShares {
 // by row parity make one barrier per row enough: a block writes row i's
 // slots only after the barrier of row i - 1, which no block passes before
 // it has read the slots of row i - 2.
-__device__ __forceinline__ void share_row_sums(RowShares &shares, int parity, float2 mine) {
-  const unsigned rank = cluster_block_rank();
-  if (threadIdx.x < cluster_blocks()) store_to_cluster_block(&shares.slot[parity][rank], threadIdx.x, mine);
+__device__ __forceinline__ void share_row_sums(RowShares &shares, const ClusterSlice &slice, int parity, float2 mine) {
+  if (int(threadIdx.x) < slice.blocks) store_to_cluster_block(&shares.slot[parity][slice.rank], threadIdx.x, mine);
   cluster_arrive();
 }
 
