@@ -558,24 +558,6 @@ __device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const Pa
   if (t == 0) *s.counter = 0;  // ready for the next kernel on the stream
 }
 
-// gamma (as load_affine gives it) of a lane's PACKS vectors of columns
-// (Map: RowMapping or ClusterSlice); 0 from column `end` on, where dy reads
-// as 0 too, so those columns add nothing to any sum.
-template <class T, int VEC, int PACKS, class Map, class Index>
-__device__ __forceinline__ void load_lane_gamma(const Map &map, const xvk_norm_backward_args &a, bool f32, Index end,
-                                                float (&g)[PACKS][VEC]) {
-  float unused[VEC];
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p) {
-    if (map.col(p, VEC) < end) {
-      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], unused);
-    } else {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) g[p][i] = 0.0f;
-    }
-  }
-}
-
 // Backward, register variants. partial (when dgamma/dbeta are wanted) gets
 // one row of [2][cols] sums per block.
 // Lanes of up to kNormBackwardPrefetchElems elements load their next rows' x and dy
@@ -599,8 +581,20 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
   constexpr bool kAheadL2 = kL2Prefetch && sizeof(T) == 2 && VEC * sizeof(T) == kVectorBytes && PACKS >= 2;
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  // gamma of the lane's columns; 0 past the last column, where dy reads as
+  // 0 too, so those columns add nothing to any sum.
   float g[kCache ? PACKS : 1][VEC], unused[VEC];
-  if constexpr (kCache) load_lane_gamma<T>(map, a, f32, a.cols, g);
+  if constexpr (kCache) {
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      if (map.col(p, VEC) < a.cols) {
+        load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], unused);
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) g[p][i] = 0.0f;
+      }
+    }
+  }
   float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {};
   const float inv_cols = 1.0f / float(a.cols);
   const T *x_data = static_cast<const T *>(a.x.data), *dy_data = static_cast<const T *>(a.dy.data);
@@ -926,8 +920,17 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
   cluster_arrive();  // see cluster_wait below
   const int end = map.end;
   const int64_t first_row = map.first_row, row_step = map.row_step;
-  float g[PACKS][VEC];
-  load_lane_gamma<T>(map, a, a.param_dtype == XVK_DTYPE_F32, end, g);
+  const bool f32 = a.param_dtype == XVK_DTYPE_F32;
+  float g[PACKS][VEC], unused[VEC];  // 0 past the slice, where dy reads as 0 too
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    if (map.col(p, VEC) < end) {
+      load_affine<T, VEC>(a.gamma, nullptr, f32, a.zero_centered_gamma, map.col(p, VEC), g[p], unused);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) g[p][i] = 0.0f;
+    }
+  }
   float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {};
   const float inv_cols = 1.0f / float(a.cols);
   const T *x_data = static_cast<const T *>(a.x.data), *dy_data = static_cast<const T *>(a.dy.data);
