@@ -608,6 +608,10 @@ int main(int argc, char **argv) {
         for (int64_t cols : transformer) cases.push_back({op, &t, 8192, cols});
       }
   FILE *csv = std::fopen(csv_path, "w");
+  if (!csv) {
+    std::fprintf(stderr, "cannot write %s\n", csv_path);
+    return 2;
+  }
   std::fprintf(csv, "op,dtype,rows,cols,variant,xvk_us,bytes,gbps,copy_memcpy_us,copy_kernel_us,fraction_of_ceiling,x_copy_time\n");
   std::printf("\n%-16s %-5s %6s %6s %-22s %10s %8s %8s %7s\n", "op", "dtype", "rows", "cols", "variant", "time(us)", "GB/s",
               "ceiling", "x copy");

@@ -59,6 +59,27 @@ const char *kOpNames[][2] = {{"softmax forward", "log-softmax forward"},
                              {"LayerNorm backward", "RMSNorm backward"}};
 const char *kDtypeNames[] = {"float32", "float16", "bfloat16"};
 
+// The table file's text, or false (with a message) when it cannot be read.
+bool read_file(const char *path, std::string *text) {
+  FILE *f = std::fopen(path, "r");
+  if (!f) return std::fprintf(stderr, "xvk-tune: cannot read %s\n", path), false;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text->append(buf, n);
+  const bool ok = !std::ferror(f);
+  std::fclose(f);
+  if (!ok) std::fprintf(stderr, "xvk-tune: cannot read %s\n", path);
+  return ok;
+}
+
+// Writes the table; false (with a message) when the file cannot be written.
+bool write_file(const char *path, const std::string &text) {
+  FILE *f = std::fopen(path, "w");
+  const bool ok = f && std::fputs(text.c_str(), f) >= 0;
+  if (f && std::fclose(f) == 0 && ok) return true;
+  return std::fprintf(stderr, "xvk-tune: cannot write %s\n", path), false;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -82,6 +103,9 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--every")) every = true;
     else return std::fprintf(stderr, "usage: xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every]\n"), 2;
   }
+  // --op K --out FILE merges into the table in FILE: read it before the GPU is touched.
+  std::string old_file;
+  if (only_op >= 0 && out_path && !read_file(out_path, &old_file)) return 2;
   init();
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -200,13 +224,7 @@ int main(int argc, char **argv) {
                      "\", kEntries, " + std::to_string(entries) + ", &kBatchNormSm90};\n\n}  // namespace xvk::gpu\n";
   if (only_op >= 0 && out_path) {
     // Replace the operator's rows of the existing table, in place.
-    std::string old_file, line, merged;
-    if (FILE *f = std::fopen(out_path, "r")) {
-      char buf[4096];
-      size_t n;
-      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) old_file.append(buf, n);
-      std::fclose(f);
-    }
+    std::string line, merged;
     const std::string row_prefix = "    {" + std::to_string(only_op) + ", ";
     const std::string note = "// OpKind " + std::to_string(only_op) + " rows re-tuned alone (xvk-tune --op " +
                              std::to_string(only_op) + ") on an " + prop.name + " on " + date + ".\n";
@@ -229,16 +247,12 @@ int main(int argc, char **argv) {
     if (replaced != entries)
       return std::fprintf(stderr, "xvk-tune: %s has %d rows of op %d, this run %d: not replaced\n", out_path, replaced,
                           only_op, entries), 2;
-    FILE *f = std::fopen(out_path, "w");
-    std::fputs(merged.c_str(), f);
-    std::fclose(f);
+    if (!write_file(out_path, merged)) return 2;
     std::printf("replaced %d rows of op %d in %s (%d candidates rejected)\n", replaced, only_op, out_path, rejected);
   } else if (only_op >= 0) {
     std::printf("(--op without --out: no table written; %d candidates rejected)\n", rejected);
   } else if (out_path) {
-    FILE *f = std::fopen(out_path, "w");
-    std::fputs(file.c_str(), f);
-    std::fclose(f);
+    if (!write_file(out_path, file)) return 2;
     std::printf("wrote %s (%d entries, %d candidates rejected)\n", out_path, entries, rejected);
   } else {
     std::fputs(file.c_str(), stdout);
