@@ -14,7 +14,8 @@
 #              bench/compare_batch_norm.py; about 4 minutes on an H100. BN_REPS (default 50) and
 #              BN_BIG_REPS (default BN_REPS: shapes of >= 100M elements) set the launches per case (>= 20)
 #   quickbnbench the same on two shapes
-#   bntest     the BatchNorm GPU suite three times: as tuned, single-pass forced on, forced off
+#   bntest     the BatchNorm GPU suite six times: single-pass as tuned, forced on, forced off, each with pass 2's
+#              last-use loads as tuned and forced off (XVK_BATCH_NORM_LAST_USE=0)
 #   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
 #   l2ahead    the wide-row forwards with the block kernels' next-row L2 request as the rule says and forced
 #              off (XVK_L2_ROW_AHEAD=0), alternated twice; times side by side
@@ -78,13 +79,15 @@ for stage in "$@"; do
       done ;;
     bntest)
       # The BatchNorm GPU suite as the tuning table picks, then with the single-pass forward forced
-      # wherever it can run (=1) and forbidden (=0), so both forward paths are tested whatever the table says.
+      # wherever it can run (=1) and forbidden (=0), so both forward paths are tested whatever the table says;
+      # each also with pass 2's last-use loads off (the table turns them on for the suite's small tensors).
       log bntest
-      for v in "" 1 0; do
-        XVK_BATCH_NORM_SINGLE_PASS=$v XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/test_gpu_batch_norm \
-          >"$OUT/bn-test${v:+-singlepass-$v}.log" 2>&1
-        echo "XVK_BATCH_NORM_SINGLE_PASS=${v:-unset} exit $?"; tail -3 "$OUT/bn-test${v:+-singlepass-$v}.log"
-      done ;;
+      for lu in "" 0; do for v in "" 1 0; do
+        log_file="$OUT/bn-test${v:+-singlepass-$v}${lu:+-lastuse-$lu}.log"
+        XVK_BATCH_NORM_LAST_USE=$lu XVK_BATCH_NORM_SINGLE_PASS=$v XVK_BACKEND_PATH=$PWD/$BUILD/lib \
+          $BUILD/bin/test_gpu_batch_norm >"$log_file" 2>&1
+        echo "XVK_BATCH_NORM_SINGLE_PASS=${v:-unset} XVK_BATCH_NORM_LAST_USE=${lu:-unset} exit $?"; tail -3 "$log_file"
+      done; done ;;
     bnsanitize)
       log bnsanitize
       for tool in memcheck racecheck; do

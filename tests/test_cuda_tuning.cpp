@@ -230,3 +230,18 @@ TEST_CASE("the sm_90 BatchNorm table spreads pass 2 over many waves on large ten
   CHECK(batch_norm_rows_per_thread(t, true, 2, bytes_of(256, 64, 112, 112, 2)) == 0);
   CHECK(batch_norm_rows_per_thread(nullptr, false, 2, bytes_of(256, 64, 112, 112, 2)) == 0);
 }
+
+TEST_CASE("the sm_90 BatchNorm table asks for pass 2's last-use loads up to 32 MiB") {
+  const BatchNormTuning *t = tuning_table_for("sm_90").batch_norm;
+  REQUIRE(t != nullptr);
+  const int64_t mib = int64_t(1) << 20;
+  auto bytes_of = [](int64_t n, int64_t c, int64_t h, int64_t w, int element) { return n * c * h * w * element; };
+  for (bool last : {false, true})
+    for (int element : {2, 4}) {
+      CHECK(batch_norm_last_use_loads(t, last, element, bytes_of(16, 32, 112, 112, element)));
+      CHECK(batch_norm_last_use_loads(t, last, element, 32 * mib));
+      CHECK_FALSE(batch_norm_last_use_loads(t, last, element, 32 * mib + 1));
+      CHECK_FALSE(batch_norm_last_use_loads(t, last, element, bytes_of(256, 2048, 7, 7, element)));
+    }
+  CHECK_FALSE(batch_norm_last_use_loads(nullptr, false, 2, bytes_of(16, 32, 112, 112, 2)));
+}

@@ -189,6 +189,14 @@ __device__ __forceinline__ Pack<T, VEC> load_pack(const T *p, int64_t e) {
   return load_global(reinterpret_cast<const Pack<T, VEC> *>(p + e));
 }
 
+// load_pack, through a last-use load (load_global_last) when LAST.
+template <class T, int VEC, bool LAST>
+__device__ __forceinline__ Pack<T, VEC> load_pack_once(const T *p, int64_t e) {
+  const auto *q = reinterpret_cast<const Pack<T, VEC> *>(p + e);
+  if constexpr (LAST) return load_global_last(q);
+  else return load_global(q);
+}
+
 // The same, or the elements before numel (the rest 0) for a tail vector.
 template <class T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load_pack_tail(const T *p, int64_t e, int64_t numel) {
@@ -338,9 +346,13 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply(Shape
 }
 
 // The ReLU gradient's gate for VEC elements at e: mask bits, or y > 0.
-template <class T, int VEC>
+template <class T, int VEC, bool LAST = false>
 __device__ __forceinline__ uint32_t gate_bits(const T *y, const uint32_t *mask, int64_t e, int64_t numel) {
-  if (mask) return load_global(mask + e / kWordBits) >> (e % kWordBits);  // VEC divides 32 and e
+  if (mask) {
+    const uint32_t *word = mask + e / kWordBits;
+    if constexpr (LAST) return load_global_last(word) >> (e % kWordBits);
+    else return load_global(word) >> (e % kWordBits);  // VEC divides 32 and e
+  }
   float ys[VEC];
   load_tail<T, VEC>(y, e, numel, ys);
   uint32_t bits = 0;
@@ -421,7 +433,17 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
 // across column vectors, ty down rows; grid (column tiles, row blocks). The
 // lanes of one mask word (32 columns of a row) are consecutive tx of one ty,
 // and every lane runs the same row loop, so all reach store_mask_word.
-template <class T, int VEC, int SETS>
+// LAST: x and z (backward_apply_rows: dy, x and the mask) through last-use
+// loads, where the tuning table's last_use_max_bytes says. H100, loads and
+// stores evict-first against main, every size: (16, 32, 112, 112) 0.971x the
+// time in geometric mean over the five training and inference ops, 7 x 7
+// and 14 x 14 (49 MiB in 16-bit) 1.000x and 1.006x, 28 x 28 and 56 x 56
+// 1.010x and 1.014x; stores alone 0.994x on (16, 32, 112, 112). The loads
+// alone at (16, 32, 112, 112): 0.970x (channels-first bn+relu backward fp32
+// 0.900x, Add+ReLU forward 0.93x; bench/results/h100-2026-11-26-batch-norm-
+// last-use.txt). A tensor that L2 can hold keeps more of what pass 2 has yet
+// to read; larger ones lose that way.
+template <class T, int VEC, int SETS, bool LAST>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const CoefTable coef, int do_relu,
                                                                int tile) {
@@ -434,8 +456,8 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
   Pack<T, VEC> x_first, z_first;
   if (kFirstRowEarly<T> && active && i < rows) {
     const int64_t e = (rows - 1 - i) * sh.row_len + col0;
-    x_first = load_pack<T, VEC>(x, e);
-    if (z) z_first = load_pack<T, VEC>(z, e);
+    x_first = load_pack_once<T, VEC, LAST>(x, e);
+    if (z) z_first = load_pack_once<T, VEC, LAST>(z, e);
   }
   const ColumnCoefs<VEC, SETS> k(sh, coef, col0, active);
   // Rows from the last (reduce_columns read those last: L2 may still hold them).
@@ -454,8 +476,8 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
         xs = x_first;
         zs = z_first;
       } else {
-        xs = load_pack<T, VEC>(x, e);
-        if (z) zs = load_pack<T, VEC>(z, e);
+        xs = load_pack_once<T, VEC, LAST>(x, e);
+        if (z) zs = load_pack_once<T, VEC, LAST>(z, e);
       }
       float xf[VEC], zf[VEC], out[VEC];
       unpack(xs, xf);
@@ -475,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
 template <int VEC, int SETS>
 inline constexpr int kBackwardRowsMinBlocks = SETS == VEC ? 4 : kApplyMinBlocks;
 
-template <class T, int VEC, int SETS>
+template <class T, int VEC, int SETS, bool LAST>
 __global__ void __launch_bounds__(kThreads, (kBackwardRowsMinBlocks<VEC, SETS>))
     backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y, const uint32_t *mask, T *dx, T *dz,
                         const Coef *coef, int do_relu, int tile) {
@@ -489,8 +511,8 @@ __global__ void __launch_bounds__(kThreads, (kBackwardRowsMinBlocks<VEC, SETS>))
   for (int64_t i = int64_t(blockIdx.y) * rows_step + ty; i < rows; i += int64_t(gridDim.y) * rows_step) {
     const int64_t r = rows - 1 - i;
     const int64_t e = r * sh.row_len + col0;
-    const Pack<T, VEC> dys = load_pack<T, VEC>(dy, e), xs = load_pack<T, VEC>(x, e);
-    const uint32_t bits = do_relu ? gate_bits<T, VEC>(y, mask, e, sh.numel) : kGateOpen;
+    const Pack<T, VEC> dys = load_pack_once<T, VEC, LAST>(dy, e), xs = load_pack_once<T, VEC, LAST>(x, e);
+    const uint32_t bits = do_relu ? gate_bits<T, VEC, LAST>(y, mask, e, sh.numel) : kGateOpen;
     float g[VEC], xf[VEC], out[VEC];
     unpack(dys, g);
     unpack(xs, xf);
@@ -1640,6 +1662,22 @@ unsigned apply_grid(Context &ctx, Kernel kernel, int64_t vectors) {
   return unsigned(grid_blocks(ctx, (vectors + kThreads - 1) / kThreads, resident));
 }
 
+// pick(IntConst<LAST>{}) with LAST = 1 where the rows kernels of pass 2
+// read with last-use loads: the tuning table's last_use_max_bytes, or
+// XVK_BATCH_NORM_LAST_USE=0 or =1, so the benchmark and the tests can run
+// both. Never on HIP, which has no such load (kHasLastUseLoads).
+template <class T, class Pick>
+auto with_last_use(Context &ctx, const Plan &p, Pick pick) {
+  if constexpr (kHasLastUseLoads) {
+    static const int override = env_switch("XVK_BATCH_NORM_LAST_USE");
+    const bool last = override >= 0 ? override == 1
+                                     : batch_norm_last_use_loads(ctx.info->table->batch_norm, p.channels_last,
+                                                                 int(sizeof(T)), p.sh.numel * int64_t(sizeof(T)));
+    if (last) return pick(IntConst<1>{});
+  }
+  return pick(IntConst<0>{});
+}
+
 // XVK_BATCH_NORM_SINGLE_PASS=0 or =1 overrides the tuning table's choice
 // (the kernel must still fit), so the benchmark can time both variants.
 int single_pass_override() {
@@ -1757,7 +1795,11 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     constexpr int VEC = decltype(vec_tag)::value;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
-        auto kernel = rows_kernel_for<VEC>(p, [](auto sets) { return forward_apply_rows<T, VEC, decltype(sets)::value>; });
+        auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
+          return rows_kernel_for<VEC>(p, [&](auto sets) {
+            return forward_apply_rows<T, VEC, decltype(sets)::value, decltype(last)::value == 1>;
+          });
+        });
         const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
         return launch_after_previous(ctx, "batch_norm forward (rows)", kernel, g.grid, dim3(kThreads), p.sh,
                                      static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
@@ -1801,8 +1843,11 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
     constexpr int VEC = decltype(vec_tag)::value;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0) {
-        auto kernel =
-            rows_kernel_for<VEC>(p, [](auto sets) { return backward_apply_rows<T, VEC, decltype(sets)::value>; });
+        auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
+          return rows_kernel_for<VEC>(p, [&](auto sets) {
+            return backward_apply_rows<T, VEC, decltype(sets)::value, decltype(last)::value == 1>;
+          });
+        });
         const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
         return launch_after_previous(ctx, "batch_norm backward (rows)", kernel, g.grid, dim3(kThreads), p.sh,
                                      static_cast<const T *>(a.dy), static_cast<const T *>(a.x),

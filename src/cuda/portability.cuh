@@ -284,6 +284,31 @@ template <class T>
 __device__ __forceinline__ T load_global(const T *p) { return *p; }
 #endif
 
+// A load of data the kernel reads for the last time (BatchNorm's pass 2):
+// on NVIDIA the cache-streaming form, ld.global.cs, which marks the line
+// evict-first in L1 and L2, so the lines still to be read stay longer. On
+// HIP the plain load (not measured on AMD), so kernels that choose between
+// the two need only one instance there (kHasLastUseLoads).
+inline constexpr bool kHasLastUseLoads = !XVK_GPU_HIP;
+#if !XVK_GPU_HIP
+template <int BYTES> struct LastUseWord;
+template <> struct LastUseWord<4> { using type = unsigned int; };
+template <> struct LastUseWord<8> { using type = uint2; };
+template <> struct LastUseWord<16> { using type = uint4; };
+#endif
+template <class T>
+__device__ __forceinline__ T load_global_last(const T *p) {
+#if XVK_GPU_HIP
+  return load_global(p);
+#else
+  using Word = typename LastUseWord<sizeof(T)>::type;
+  const Word word = __ldcs(reinterpret_cast<const Word *>(p));
+  T value;
+  __builtin_memcpy(&value, &word, sizeof(T));
+  return value;
+#endif
+}
+
 // A volatile load from global memory, for values other blocks store while
 // this one waits (a grid barrier's counter, the partials read after it). On
 // HIP through the global address space, as load_global: through a volatile

@@ -81,6 +81,15 @@ extern const BatchNormTuning kBatchNormSm90;
 // 0.967-1.009; 7 x 7 16-bit (49 MiB), R = 2 0.984-1.010, R = 4
 // 0.986-1.017: left at one wave. So channels-first from 64 MiB. (The H200
 // sweep above had 14 x 14 16-bit at R = 4 0.984-1.021.)
+//
+// Pass 2's last-use loads (last_use_max_bytes): H100, 2026-11-26 (sources
+// of main at abafbf6 plus the loads, xvk-bench --batch-norm --reps 50, best
+// of three, against main's module in the same call;
+// bench/results/h100-2026-11-26-batch-norm-last-use.txt): on every size in
+// the first A/B, (16, 32, 112, 112) (12.25 MiB 16-bit, 24.5 MiB fp32) 0.97x
+// the time in geometric mean, 7 x 7 and 14 x 14 16-bit (49 MiB) 1.000x and
+// 1.006x, 28 x 28 and 56 x 56 1.010x and 1.014x. So up to 32 MiB, both
+// memory orders and widths; no size between 25 and 49 MiB was measured.
 constexpr int64_t kMiB = int64_t(1) << 20;
 constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
@@ -89,9 +98,10 @@ const BatchNormTuning kBatchNormSm90 = {
     64,
     {{4, 4}, {0, 8}},
     {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
+    {{32 * kMiB, 32 * kMiB}, {32 * kMiB, 32 * kMiB}},
     "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
     "channels, two passes channels-first; "
     "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "
-    "never channels-last 16-bit"};
+    "never channels-last 16-bit; H100: pass 2's last-use loads up to 32 MiB"};
 
 }  // namespace xvk::gpu

@@ -223,6 +223,10 @@ struct BatchNormTuning {
   // block). [channels_last][4-byte elements]; rows_per_thread 0: one wave.
   int rows_per_thread[2][2];
   int64_t rows_spread_min_bytes[2][2];
+  // Pass 2 reads x (and dy, z and the mask) with last-use loads (evict first
+  // from L1 and L2) for activations of at most this many bytes, plain loads
+  // above; [channels_last][4-byte elements], 0: never.
+  int64_t last_use_max_bytes[2][2];
   const char *source;  // the measurement behind the numbers
 };
 
@@ -235,6 +239,10 @@ bool batch_norm_single_pass_wanted(const BatchNormTuning *t, bool channels_last,
 // Rows per thread for BatchNorm's pass 2 on an activation of `bytes`, or 0
 // for one wave of blocks. NULL table: 0.
 int batch_norm_rows_per_thread(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes);
+
+// Whether BatchNorm's pass 2 reads with last-use loads on an activation of
+// `bytes`. NULL table: never.
+bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes);
 
 struct TuningTable {
   const char *name;  // where and how it was produced
