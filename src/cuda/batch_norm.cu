@@ -419,6 +419,16 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 // held the row in registers throughout: 63 registers channels-last).
 template <class T>
 inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
+// Where the first row is not loaded early (16-bit), forward_apply_rows asks
+// for its x in L2 before the coefficients (no register), so its DRAM latency
+// overlaps theirs. H100, same-run A/B against main (6db436a), best of two:
+// 16-bit inference 0.7-1.2 us less at every size (NCHW (16, 32, 112, 112)
+// 0.944x the time, 7 x 7 0.974-0.990x, 56 x 56 0.996x), where each thread
+// first computes its coefficients from four running-statistics loads and a
+// square root; training forwards within +-0.8 us (noise). The same request
+// of dy and x in backward_apply_rows: NCHW 14 x 14 16-bit 0.9-1.3 us less,
+// NHWC 0.3-0.5 us more; not taken (bench/results/h100-2026-11-27-batch-
+// norm-finish.txt).
 
 // Pass 2 over the tensor as rows (Shape), when row_len is a multiple of the
 // vector (and of 32 when a mask is written): a thread owns one column vector,
@@ -458,6 +468,8 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
     const int64_t e = (rows - 1 - i) * sh.row_len + col0;
     x_first = load_pack_once<T, VEC, LAST>(x, e);
     if (z) z_first = load_pack_once<T, VEC, LAST>(z, e);
+  } else if (kL2Prefetch && active && i < rows) {
+    prefetch_l2(x + (rows - 1 - i) * sh.row_len + col0);  // the first row into L2 (see kFirstRowEarly)
   }
   const ColumnCoefs<VEC, SETS> k(sh, coef, col0, active);
   // Rows from the last (reduce_columns read those last: L2 may still hold them).
