@@ -1088,9 +1088,10 @@ constexpr int kFinalizeLoads = 8;
 // Merges each channel's partials in a fixed order (deterministic, no float
 // atomics): channel ch has `per` states in each part p, partials[((p * c +
 // ch) * per + i) * K] (per = s for the column reduction of channels-first
-// rows, else 1). `tpc` lanes per channel (a power of two <= 32, inside one
-// warp) take every tpc-th of its parts * per states, in order, then a
-// butterfly over those lanes; lane 0 finishes. Finish's inputs are loaded
+// rows, else 1). `tpc` lanes per channel (a power of two up to the block)
+// take every tpc-th of its parts * per states, in order, then a butterfly
+// over each warp's lanes and the warps in order (group_merge); lane 0
+// finishes. Finish's inputs are loaded
 // while pass 1 drains, and pass 2 may launch once pass 1 is done (its blocks
 // then wait in wait_for_prior_kernel beside these). H200, 96 training cases
 // of the small shapes against one load per merge, inputs after the wait and
@@ -1122,7 +1123,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < U; ++u)
         if (q0 + u * tpc < total) Op::merge(a, b[u]);
     }
-  warp_merge<Op>(a, tpc);
+  group_merge<Op>(a, tpc);
   if (sub == 0 && ch < c) finish(ch, a, in);
 }
 
@@ -1603,7 +1604,18 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
       per = int(sh.inner);
     }
     if (status != XVK_SUCCESS) return;
-    const int tpc = std::min<int64_t>(32, next_pow2(int64_t(parts) * per));
+    // Lanes per channel: up to a warp; more (up to the block, merged across
+    // warps) while the finalize grid is under one block per SM and each
+    // lane still has over two states. Few channels of many states, NHWC
+    // (16, 32, 112, 112) backward (32 channels, 264 parts): 4 blocks of 32
+    // lanes each loaded 9 states that lie 512 bytes apart, 32 lines per
+    // warp load on 4 SMs, 10.3 us (ncu, H100); 32 blocks of 256 lanes
+    // spread that over 32 SMs.
+    const int64_t states = int64_t(parts) * per;
+    int tpc = std::min<int64_t>(32, next_pow2(states));
+    while (tpc < kThreads && int64_t(tpc) * 2 < states &&
+           (sh.c * tpc + kThreads - 1) / kThreads < int64_t(ctx.info->sm_count))
+      tpc *= 2;
     const int per_block = kThreads / tpc;
     auto fin = finalize<Src, decltype(make_finish(w.coef))>;
     status = launch_after_previous(ctx, "batch_norm finalize", fin, dim3(unsigned((sh.c + per_block - 1) / per_block)),
