@@ -1091,11 +1091,11 @@ constexpr int kFinalizeLoads = 8;
 // rows, else 1). `tpc` lanes per channel (a power of two up to the block)
 // take every tpc-th of its parts * per states, in order, then a butterfly
 // over each warp's lanes and the warps in order (group_merge); lane 0
-// finishes. Finish's inputs are loaded
-// while pass 1 drains, and pass 2 may launch once pass 1 is done (its blocks
-// then wait in wait_for_prior_kernel beside these). H200, 96 training cases
-// of the small shapes against one load per merge, inputs after the wait and
-// no early launch: 0.5% less time in geometric mean.
+// finishes. Finish's inputs are loaded while pass 1 drains, and pass 2 may
+// launch once pass 1 is done (its blocks then wait in wait_for_prior_kernel
+// beside these). H200, 96 training cases of the small shapes against one
+// load per merge, inputs after the wait and no early launch: 0.5% less time
+// in geometric mean.
 template <class Op, class Finish>
 __global__ void __launch_bounds__(kThreads)
     finalize(int64_t c, int parts, int per, int tpc, const float *partials, Finish finish) {
@@ -1610,7 +1610,10 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     // (16, 32, 112, 112) backward (32 channels, 264 parts): 4 blocks of 32
     // lanes each loaded 9 states that lie 512 bytes apart, 32 lines per
     // warp load on 4 SMs, 10.3 us (ncu, H100); 32 blocks of 256 lanes
-    // spread that over 32 SMs.
+    // spread that over 32 SMs: its backwards 0.90-0.92x the time (H100,
+    // bench/results/h100-2026-11-27-batch-norm-finish.txt). Where the loop
+    // stops at once (every other benchmark shape), the merge order and the
+    // results are those of a warp's lanes, as before.
     const int64_t states = int64_t(parts) * per;
     int tpc = std::min<int64_t>(32, next_pow2(states));
     while (tpc < kThreads && int64_t(tpc) * 2 < states &&
