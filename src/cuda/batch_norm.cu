@@ -422,10 +422,10 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
 // Where the first row is not loaded early (16-bit), forward_apply_rows asks
 // for its x in L2 before the coefficients (no register), so its DRAM latency
 // overlaps theirs. H100, same-run A/B against main (6db436a), best of two:
-// 16-bit inference 0.7-1.2 us less at every size (NCHW (16, 32, 112, 112)
-// 0.944x the time, 7 x 7 0.974-0.990x, 56 x 56 0.996x), where each thread
-// first computes its coefficients from four running-statistics loads and a
-// square root; training forwards within +-0.8 us (noise). The same request
+// 16-bit inference 0.2-1.3 us less in all 20 cases (NCHW (16, 32, 112,
+// 112) 0.944x the time, 7 x 7 0.974-0.990x, 56 x 56 0.996-0.999x), where
+// each thread first computes its coefficients from four running-statistics
+// loads and a square root; training forwards within +-0.8 us (noise). The same request
 // of dy and x in backward_apply_rows: NCHW 14 x 14 16-bit 0.9-1.3 us less,
 // NHWC 0.3-0.5 us more; not taken (bench/results/h100-2026-11-27-batch-
 // norm-finish.txt).
