@@ -1626,9 +1626,13 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     // lanes each loaded 9 states that lie 512 bytes apart, 32 lines per
     // warp load on 4 SMs, 10.3 us (ncu, H100); 32 blocks of 256 lanes
     // spread that over 32 SMs: its backwards 0.90-0.92x the time (H100,
-    // bench/results/h100-2026-11-27-batch-norm-finish.txt). Where the loop
-    // stops at once (every other benchmark shape), the merge order and the
-    // results are those of a warp's lanes, as before.
+    // bench/results/h100-2026-11-27-batch-norm-finish.txt). By the plan's
+    // arithmetic the channels-last 112 x 112, 56 x 56 and 28 x 28 ResNet
+    // shapes (64 to 512 channels of one to four hundred states) and the
+    // channels-first 14 x 14 one (1024 of 196) take more lanes too: their
+    // training times in the next full table against the one before (other
+    // H100 runs, not an A/B) were 0-1.2% lower and within +-0.5%. Where the
+    // loop stops at once, the merge order and the results are as before.
     const int64_t states = int64_t(parts) * per;
     int tpc = std::min<int64_t>(32, next_pow2(states));
     while (tpc < kThreads && int64_t(tpc) * 2 < states &&
