@@ -425,10 +425,10 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
 // 16-bit inference 0.2-1.3 us less in all 20 cases (NCHW (16, 32, 112,
 // 112) 0.944x the time, 7 x 7 0.974-0.990x, 56 x 56 0.996-0.999x), where
 // each thread first computes its coefficients from four running-statistics
-// loads and a square root; training forwards within +-0.8 us (noise). The same request
-// of dy and x in backward_apply_rows: NCHW 14 x 14 16-bit 0.9-1.3 us less,
-// NHWC 0.3-0.5 us more; not taken (bench/results/h100-2026-11-27-batch-
-// norm-finish.txt).
+// loads and a square root; training forwards within +-0.8 us (noise). The
+// same request of dy and x in backward_apply_rows: NCHW 14 x 14 16-bit
+// 0.9-1.3 us less, NHWC 0.3-0.5 us more; not taken (bench/results/h100-
+// 2026-11-27-batch-norm-finish.txt).
 
 // Pass 2 over the tensor as rows (Shape), when row_len is a multiple of the
 // vector (and of 32 when a mask is written): a thread owns one column vector,
@@ -1634,13 +1634,12 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     // H100 runs, not an A/B) were 0-1.2% lower and within +-0.5%. Where the
     // loop stops at once, the merge order and the results are as before.
     const int64_t states = int64_t(parts) * per;
+    const auto finalize_blocks = [&](int lanes) { return (sh.c + kThreads / lanes - 1) / (kThreads / lanes); };
     int tpc = std::min<int64_t>(32, next_pow2(states));
-    while (tpc < kThreads && int64_t(tpc) * 2 < states &&
-           (sh.c * tpc + kThreads - 1) / kThreads < int64_t(ctx.info->sm_count))
+    while (tpc < kThreads && int64_t(tpc) * 2 < states && finalize_blocks(tpc) < int64_t(ctx.info->sm_count))
       tpc *= 2;
-    const int per_block = kThreads / tpc;
     auto fin = finalize<Src, decltype(make_finish(w.coef))>;
-    status = launch_after_previous(ctx, "batch_norm finalize", fin, dim3(unsigned((sh.c + per_block - 1) / per_block)),
+    status = launch_after_previous(ctx, "batch_norm finalize", fin, dim3(unsigned(finalize_blocks(tpc))),
                                    dim3(kThreads), sh.c, parts, per, tpc, w.partials, make_finish(w.coef));
     *coef_out = w.coef;
   };
