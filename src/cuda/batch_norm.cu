@@ -36,7 +36,6 @@
 // blocks, does let pass 2 launch once it has waited (allow_next_kernel).
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <numeric>
 
 #include "cuda/launch.cuh"
@@ -225,7 +224,6 @@ template <int VEC, int SETS>
 struct ColumnCoefs {
   Coef k[SETS];
   int split = VEC;  // SETS == 2: elements j < split use k[0], the rest k[1]
-  ColumnCoefs() = default;
   template <class Table>  // a Coef pointer or a CoefTable
   __device__ ColumnCoefs(const Shape &sh, const Table &coef, int64_t col0, bool active) {
     if constexpr (SETS == 2) {
@@ -1478,227 +1476,6 @@ __global__ void __launch_bounds__(kSinglePassThreads)
 }
 
 // ---------------------------------------------------------------------------
-// Partly resident training forward: one cooperative kernel for tensors that
-// are larger than shared memory but not much larger than shared memory and
-// L2 together (256x2048x7x7 in 16-bit: 49 MiB, about half of it kept on chip).
-// Measured slower than the two passes on the H100 at every shape tried
-// (bench/results/h100-2026-11-27-batch-norm-resident.txt): the tuning table
-// never picks it; XVK_BATCH_NORM_RESIDENT=1 forces it where it can run.
-// ---------------------------------------------------------------------------
-
-constexpr int kResidentThreads = 512;  // two blocks per SM: one merges while the other loads
-constexpr int kResidentCols = 32;      // column vectors of a tile (512 bytes of a row: a copy's run)
-constexpr int kResidentLoads = 4;      // steps a thread loads at once
-
-// Coefficients other blocks of the same kernel wrote (load_global_coherent).
-struct FreshCoefs {
-  const Coef *coef;
-  __device__ Coef operator[](int64_t ch) const {
-    const float *q = reinterpret_cast<const float *>(coef + ch);
-    return Coef{load_global_coherent(q), load_global_coherent(q + 1), load_global_coherent(q + 2),
-                load_global_coherent(q + 3)};
-  }
-};
-
-// The work of forward_resident: `steps` steps of a block (rows_step rows of
-// one tile of kResidentCols column vectors), tile-major; `blocks` blocks
-// each take a contiguous run, block b from step steps * b / blocks.
-// (64-bit products: steps * blocks may pass 2^31.)
-struct ResidentSplit {
-  int steps, blocks;
-  __host__ __device__ int begin(int b) const { return int(int64_t(steps) * b / blocks); }
-  // The block whose run holds step s.
-  __host__ __device__ int block_of(int s) const { return int((int64_t(s + 1) * blocks + steps - 1) / steps) - 1; }
-  // The most blocks whose runs meet one tile of `per_tile` steps.
-  __host__ __device__ int max_parts(int per_tile) const {
-    return int((int64_t(per_tile) * blocks + steps - 1) / steps) + 1;
-  }
-};
-
-// The tensor as rows (Shape): tiles of kResidentCols column vectors, each
-// walked down in steps of rows_step rows; a block takes a contiguous run of
-// steps, tile-major (ResidentSplit), and keeps the first `keep` of them in
-// shared memory. Phase 1 reads the run once; a thread adds its rows of a
-// tile to one Welford state, and where the run leaves a tile (or ends) the
-// block merges its threads' states (a butterfly over a warp's rows, then the
-// warp rows in order) into part p = b - (first block of the tile) of each
-// column: partials[p][column][K]. The steps a block does not keep are the
-// last it reads, so L2 still holds most of them in phase 3. Phase 2 (after a
-// grid barrier): a warp per channel merges the parts of its columns, in
-// order, and writes the statistics and coefficients. Phase 3 (after a second
-// barrier): every block normalizes its run backwards, from shared memory or
-// global memory. A warp covers cpw = kWordBits / VEC column vectors (a mask
-// word of a row) of kWarpSize / cpw rows, so a warp's rows merge by a
-// butterfly and a word's lanes are together for store_mask_word. Needs
-// row_len a multiple of kResidentCols * VEC (and so of kWordBits), and
-// fewer than 2^31 elements (32-bit indices: registers are what it lacks).
-template <class T, int VEC, int SETS>
-__global__ void __launch_bounds__(kResidentThreads, 2)
-    forward_resident(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish<T> stats,
-                     float *partials, unsigned *counter, int keep, int max_parts) {
-  constexpr int K = Welford::K, L = kResidentLoads, cpw = kWordBits / VEC, wc = kResidentCols / cpw;
-  static_assert(kMinWarpSize % cpw == 0 && kResidentThreads / kMaxWarpSize % wc == 0, "whole warps across a tile");
-  extern __shared__ Coef smem_coef[];  // 16-byte aligned
-  using P = Pack<T, VEC>;
-  const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
-  const int rpw = kWarpSize / cpw, wr = warps / wc;
-  const int col = (warp % wc) * cpw + lane % cpw, row = (warp / wc) * rpw + lane / cpw;
-  const int rows_step = int(blockDim.x) / kResidentCols;
-  const int rows = int(sh.rows), row_len = int(sh.row_len), tile_cols = kResidentCols * VEC;
-  const int tiles = row_len / tile_cols, per_tile = (rows + rows_step - 1) / rows_step;  // steps of a tile
-  const ResidentSplit split{tiles * per_tile, int(gridDim.x)};
-  const int s_begin = split.begin(blockIdx.x), s_end = split.begin(blockIdx.x + 1);
-  // Shared memory: the kept steps (thread innermost: no bank conflicts),
-  // then the warps' states of a tile, [wr][kResidentCols][VEC][K].
-  P *kept = reinterpret_cast<P *>(smem_coef);
-  float *warp_states = reinterpret_cast<float *>(kept + keep * int(blockDim.x));
-  const StatsSource<T, VEC> src{{}, x, stats.shift_stride};
-  // Rows are counted from each segment's first step (no division per row).
-  for (int s = s_begin; s < s_end;) {
-    const int t = s / per_tile, seg_end = min(s_end, (t + 1) * per_tile);
-    const int col0 = t * tile_cols + col * VEC;
-    float shift[VEC];
-    if constexpr (SETS == 2) {
-      const int ch = column_channel(sh, col0);
-      const int room = (ch + 1) * int(sh.inner) - col0;  // elements left in channel ch
-      const float s0 = src.context(ch), s1 = room < VEC ? src.context(ch + 1) : s0;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) shift[j] = j < room ? s0 : s1;
-    } else {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) shift[j] = src.context(column_channel(sh, col0 + (SETS == 1 ? 0 : j)));
-    }
-    float a[VEC][K];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) Welford::identity(a[j]);
-    const int tile_first = t * per_tile;
-    for (; s < seg_end; s += L) {
-      typename StatsSource<T, VEC>::Item it[L];
-      int valid = 0;  // the rows in the tile come first: a prefix
-#pragma unroll
-      for (int i = 0; i < L; ++i) {
-        const int r = (s + i - tile_first) * rows_step + row;
-        if (s + i < seg_end && r < rows) {
-          it[i] = src.load(r * row_len + col0);
-          valid = i + 1;
-        }
-      }
-      if (kL2Prefetch)  // the next batch's rows into L2 while this one's are added (the next tile's, past its end)
-#pragma unroll
-        for (int i = 0; i < L; ++i) {
-          const int s1 = s + L + i, next = s1 >= (t + 1) * per_tile;
-          const int r = (s1 - tile_first - next * per_tile) * rows_step + row;
-          if (s1 < s_end && r < rows) prefetch_l2(x + r * row_len + col0 + next * tile_cols);
-        }
-#pragma unroll
-      for (int i = 0; i < L; ++i)
-        if (i < valid && s + i - s_begin < keep) kept[(s + i - s_begin) * int(blockDim.x) + int(threadIdx.x)] = it[i].v;
-      if (valid == L)
-        src.template add_rows<true>(a, it, valid, shift);
-      else if (valid > 0)
-        src.template add_rows<false>(a, it, valid, shift);
-    }
-    s = seg_end;
-    // The tile's states: the warp's rows, then the block's warp rows in order.
-    for (int o = cpw; o < kWarpSize; o *= 2)
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        float b[K];
-#pragma unroll
-        for (int q = 0; q < K; ++q) b[q] = shfl_xor(a[j][q], o, kWarpSize);
-        Welford::merge(a[j], b);
-      }
-    if (lane < cpw)
-#pragma unroll
-      for (int j = 0; j < VEC; ++j)
-#pragma unroll
-        for (int q = 0; q < K; ++q) warp_states[((warp / wc * kResidentCols + col) * VEC + j) * K + q] = a[j][q];
-    __syncthreads();
-    if (int(threadIdx.x) < kResidentCols * VEC) {
-      const int cv = int(threadIdx.x) / VEC, j = int(threadIdx.x) % VEC;
-      float m[K], b[K];
-      Welford::identity(m);
-      for (int w = 0; w < wr; ++w) {
-#pragma unroll
-        for (int q = 0; q < K; ++q) b[q] = warp_states[((w * kResidentCols + cv) * VEC + j) * K + q];
-        Welford::merge(m, b);
-      }
-      const int part = int(blockIdx.x) - split.block_of(t * per_tile), column = t * tile_cols + cv * VEC + j;
-#pragma unroll
-      for (int q = 0; q < K; ++q) partials[(int64_t(part) * row_len + column) * K + q] = m[q];
-    }
-    __syncthreads();
-  }
-  // Finish's inputs for the warp's first channel, loaded before the barrier.
-  const int first_ch = int(blockIdx.x) * warps + warp;
-  typename StatsFinish<T>::Inputs first_in{};
-  if (lane == 0 && first_ch < int(sh.c)) first_in = stats.load(first_ch);
-  grid_barrier(counter);
-  // Channel ch's states: part p of each of its columns, for the parts its
-  // column's tile has, in order (q = p * per + i).
-  const int per = int(sh.inner), total = max_parts * per;
-  for (int ch = first_ch; ch < int(sh.c); ch += int(gridDim.x) * warps) {
-    const typename StatsFinish<T>::Inputs in = ch == first_ch ? first_in : stats.load(ch);
-    constexpr int U = kFinalizeLoads;
-    float a[K];
-    Welford::identity(a);
-    for (int q0 = lane; q0 < total; q0 += U * kWarpSize) {
-      float b[U][K];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int q = q0 + u * kWarpSize, p = q / per;
-        const int column = ch * per + (q - p * per), t = column / tile_cols;
-        const bool has = q < total && p <= split.block_of((t + 1) * per_tile - 1) - split.block_of(t * per_tile);
-#pragma unroll
-        for (int k = 0; k < K; ++k)
-          b[u][k] = has ? load_global_coherent(partials + (int64_t(p) * row_len + column) * K + k) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) Welford::merge(a, b[u]);
-    }
-    warp_merge<Welford>(a, kWarpSize);
-    if (lane == 0) stats(ch, a, in);
-  }
-  grid_barrier(counter + 2);  // its own counters: blocks may reach it while the first one's last leaves
-  // Phase 3, backwards. A batch's loads are all issued before its first
-  // store (which, for all the compiler knows, may write x or z); z is asked
-  // into L2 instead (in registers too it spilled).
-  for (int s = s_end; s > s_begin;) {
-    const int t = (s - 1) / per_tile, seg_begin = max(s_begin, t * per_tile);
-    const int col0 = t * tile_cols + col * VEC;
-    const ColumnCoefs<VEC, SETS> coefs(sh, FreshCoefs{stats.coef}, col0, true);
-    const int tile_first = t * per_tile;
-    for (; s > seg_begin; s -= L) {
-      P xs[L];
-#pragma unroll
-      for (int i = 0; i < L; ++i) {
-        const int si = s - 1 - i, r = (si - tile_first) * rows_step + row;
-        if (si >= seg_begin && r < rows) {
-          xs[i] = si - s_begin < keep ? kept[(si - s_begin) * int(blockDim.x) + int(threadIdx.x)]
-                                      : load_pack<T, VEC>(x, r * row_len + col0);
-          if (kL2Prefetch && z) prefetch_l2(z + r * row_len + col0);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < L; ++i) {
-        const int si = s - 1 - i, r = (si - tile_first) * rows_step + row, e = r * row_len + col0;
-        const bool in = si >= seg_begin && r < rows;
-        uint32_t bits = 0;
-        if (in) {
-          float xf[VEC], zf[VEC], out[VEC];
-          unpack(xs[i], xf);
-          if (z) load_vec<T, VEC>(z + e, zf);
-          bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, coefs, out);
-          store_vec<T, VEC>(y + e, out);
-        }
-        if (mask) store_mask_word<VEC>(mask, e, bits, lane % cpw, in);
-      }
-    }
-    s = seg_begin;
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Host side.
 // ---------------------------------------------------------------------------
 
@@ -2024,79 +1801,6 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   return true;
 }
 
-// XVK_BATCH_NORM_RESIDENT=0 or =1 overrides the tuning table's choice of the
-// partly resident forward (it must still be able to run).
-int resident_override() {
-  static const int value = env_switch("XVK_BATCH_NORM_RESIDENT");
-  return value;
-}
-
-// XVK_BATCH_NORM_RESIDENT_KEEP=k keeps at most k units per block on chip, so
-// the tests can run the reread path on small tensors; unset: no cap.
-int resident_keep_cap() {
-  static const int value = [] {
-    const char *e = std::getenv("XVK_BATCH_NORM_RESIDENT_KEEP");
-    return e && *e ? std::atoi(e) : -1;
-  }();
-  return value;
-}
-
-// The training forward as forward_resident, when the table asks for it and
-// it can run: 16-byte aligned, rows of whole units of columns. Returns false
-// (and launches nothing) otherwise.
-template <class T>
-bool resident_forward(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan &p, const StatsFinish<T> &stats,
-                      xvk_status_t &status) {
-  const int override = resident_override();
-  const bool wanted = batch_norm_resident_wanted(ctx.info->table->batch_norm, p.channels_last, int(sizeof(T)),
-                                                 p.sh.numel * int64_t(sizeof(T)));
-  if (override == 0 || (override != 1 && !wanted)) return false;
-  constexpr int VEC = kMaxVec<T>;
-  const Shape &sh = p.sh;
-  if (p.apply_vec == 1 || !ctx.info->cooperative_launch || !sh.small || sh.row_len % (int64_t(kResidentCols) * VEC) != 0)
-    return false;
-  auto kernel = rows_kernel_for<VEC>(p, [&](auto sets) { return forward_resident<T, VEC, decltype(sets)::value>; });
-  // Steps kept per block: as many as two blocks' shared memory per SM hold
-  // beside the warps' states (H100: 13 of 8 KiB).
-  const int warps = kResidentThreads / ctx.info->warp_size, cpw = kWordBits / VEC;
-  const int64_t state_bytes = int64_t(warps / (kResidentCols / cpw)) * kResidentCols * VEC * Welford::K * 4;
-  const int64_t step_bytes = int64_t(kResidentThreads) * VEC * int64_t(sizeof(T));
-  const int64_t rows_step = kResidentThreads / kResidentCols, per_tile = (sh.rows + rows_step - 1) / rows_step;
-  const int64_t steps = sh.row_len / (int64_t(kResidentCols) * VEC) * per_tile;
-  int64_t keep = std::max<int64_t>(0, (ctx.info->max_smem_per_block / 2 - kSharedReserve - state_bytes) / step_bytes);
-  const int resident = ctx.blocks_per_sm(kernel, kResidentThreads, size_t(keep * step_bytes + state_bytes));
-  // No more blocks than steps: every block's run is then one step or more,
-  // so the blocks that meet a tile are consecutive (the parts of phase 2).
-  const int64_t blocks = std::min<int64_t>(int64_t(ctx.info->sm_count) * resident, steps);
-  keep = std::min(keep, (steps + blocks - 1) / blocks);
-  if (const int cap = resident_keep_cap(); cap >= 0) keep = std::min<int64_t>(keep, cap);
-  const int64_t smem = keep * step_bytes + state_bytes;
-  (void)ctx.blocks_per_sm(kernel, kResidentThreads, size_t(smem));
-  const int64_t parts = ResidentSplit{int(steps), int(blocks)}.max_parts(int(per_tile));
-  // Workspace: c coefficients (16-byte aligned), then the parts' states.
-  // Counters: two grid barriers' pairs.
-  void *base = nullptr;
-  error_t e = ctx.workspace(size_t(sh.c) * sizeof(Coef) + size_t(parts * sh.row_len) * Welford::K * sizeof(float), &base);
-  unsigned *counter = nullptr;
-  if (e == kSuccess) e = ctx.completion_counters(4, &counter);
-  if (e != kSuccess) {
-    status = device_error("allocating the workspace", e);
-    return true;
-  }
-  Shape shape = sh;
-  const T *x = static_cast<const T *>(a.x), *z = static_cast<const T *>(a.z);
-  T *y = static_cast<T *>(a.y);
-  uint32_t *mask = a.mask;
-  int relu_flag = a.relu, keep_steps = int(keep), max_parts = int(parts);
-  StatsFinish<T> st = stats;
-  st.coef = static_cast<Coef *>(base);
-  float *partials = reinterpret_cast<float *>(st.coef + sh.c);
-  void *args[] = {&shape, &x, &z, &y, &mask, &relu_flag, &st, &partials, &counter, &keep_steps, &max_parts};
-  e = launch_cooperative(kernel, unsigned(blocks), kResidentThreads, args, size_t(smem), ctx.stream);
-  status = e == kSuccess ? XVK_SUCCESS : device_error("batch_norm partly resident forward", e);
-  return true;
-}
-
 template <class T>
 xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
   const Plan p = make_plan<T>(a.n, a.c, a.s, a.channels_last, {a.x, a.z, a.y});
@@ -2108,7 +1812,6 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
                               double(a.n) * double(a.s),  a.gamma,      a.beta,        a.running_mean,
                               a.running_var,              a.saved_mean, a.saved_rstd,  nullptr};
     if (single_pass<T>(ctx, a, p, base, status)) return status;
-    if (resident_forward<T>(ctx, a, p, base, status)) return status;
     // Channels-first statistics over planes that are not whole vectors but
     // whole half vectors (14 x 14 in 16-bit) read half vectors: the ragged
     // kernel's per-element selects cost more than the narrower loads (H200,

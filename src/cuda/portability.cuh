@@ -323,23 +323,6 @@ __device__ __forceinline__ T load_volatile_global(const T *p) {
 #endif
 }
 
-// A load of a value another block of the same kernel stored before a grid
-// barrier: from L2, past a possibly stale L1 line, but free to be scheduled
-// like any load (a volatile load is not). NVIDIA: ld.global.cg; HIP: the
-// volatile load (glc), not measured on AMD.
-template <class T>
-__device__ __forceinline__ T load_global_coherent(const T *p) {
-#if XVK_GPU_HIP
-  return load_volatile_global(p);
-#else
-  using Word = typename LastUseWord<sizeof(T)>::type;
-  const Word word = __ldcg(reinterpret_cast<const Word *>(p));
-  T value;
-  __builtin_memcpy(&value, &word, sizeof(T));
-  return value;
-#endif
-}
-
 __device__ __forceinline__ int lane_id() { return int(threadIdx.x) & (kWarpSize - 1); }
 __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / kWarpSize; }
 

@@ -936,34 +936,6 @@ TEST_CASE("batch_norm: channels-last shapes of the single-pass forward (rows of 
   }
 }
 
-TEST_CASE("batch_norm: shapes of the partly resident forward (rows of whole units of 32 vectors)") {
-  // Rows of a multiple of 256 elements (32 16-byte vectors in 16-bit, 64 in
-  // float32): channels-first with planes of whole vectors (2 x 2, 4 x 4),
-  // of vectors across two channels (7 x 7), and the (N, C) case;
-  // channels-last with 256 to 2048 channels. Row counts that leave the last
-  // unit of rows partial (3, 70, 75, 98 rows against units of 64). Under
-  // XVK_BATCH_NORM_RESIDENT=1 these run forward_resident; with
-  // XVK_BATCH_NORM_RESIDENT_KEEP=1 it also rereads units from global memory
-  // (a block keeps one), which at these sizes it otherwise never does.
-  const std::vector<Dims> first = {{3, 64, {2, 2}}, {70, 128, {4, 4}}, {5, 256, {7, 7}}, {33, 512, {7, 7}},
-                                   {130, 256, {}}};
-  const std::vector<Dims> last = {{2, 256, {7, 7}}, {3, 512, {5, 5}}, {1, 2048, {3, 3}}, {64, 256, {1, 1}}};
-  int i = 0;
-  for (DType t : kAllDtypes) {
-    for (const Dims &s : first) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));
-    for (Mem mem : {Mem::last, Mem::nhwc})
-      for (const Dims &s : last) run_case(make_case(t, s.n, s.c, s.spatial, mem, i++));
-    Case k = make_case(t, 40, 256, {7, 7}, i % 2 ? Mem::first : Mem::nhwc, i);
-    ++i;
-    if (t == DType::f32) k.mean = 1e4, k.sd = 1e-2, k.epsilon = 1e-5f;
-    else k.mean = 100;
-    run_case(k);
-    Case n = make_case(t, 6, 256, {4, 4}, Mem::first, 4);
-    n.nan = true;
-    run_case(n);
-  }
-}
-
 TEST_CASE("batch_norm: the (N, C) case") {
   const std::vector<Dims> shapes =
       kQuick ? std::vector<Dims>{{3, 5, {}}, {32, 2049, {}}, {4096, 3, {}}, {1, 13, {}}}

@@ -99,8 +99,6 @@ const BatchNormTuning kBatchNormSm90 = {
     {{4, 4}, {0, 8}},
     {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
     {{32 * kMiB, 32 * kMiB}, {32 * kMiB, 32 * kMiB}},
-    {{0, 0}, {0, 0}},
-    {{0, 0}, {0, 0}},
     "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
     "channels, two passes channels-first; "
     "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "

@@ -245,12 +245,6 @@ bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int
   return bytes <= t->last_use_max_bytes[order][wide];
 }
 
-bool batch_norm_resident_wanted(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes) {
-  if (!t) return false;
-  const int order = channels_last ? 1 : 0, wide = element_bytes == 4 ? 1 : 0;
-  return bytes >= t->resident_min_bytes[order][wide] && bytes <= t->resident_max_bytes[order][wide];
-}
-
 Config choose_config(const TuningTable &table, OpKind op, Flavour flavour, int dtype, int64_t rows, int64_t cols,
                      int vec, const DeviceLimits &limits) {
   // Tables are tuned on the vector path; the scalar path (odd sizes, unaligned

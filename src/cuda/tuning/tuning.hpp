@@ -227,13 +227,6 @@ struct BatchNormTuning {
   // from L1 and L2) for activations of at most this many bytes, plain loads
   // above; [channels_last][4-byte elements], 0: never.
   int64_t last_use_max_bytes[2][2];
-  // The training forward runs as one cooperative kernel that keeps what
-  // shared memory holds of x and rereads the rest, most of it from L2
-  // (forward_resident), for activations of min <= bytes <= max;
-  // [channels_last][4-byte elements], max 0: never. Below, the two passes
-  // or the single pass; above, L2 no longer holds the rest.
-  int64_t resident_min_bytes[2][2];
-  int64_t resident_max_bytes[2][2];
   const char *source;  // the measurement behind the numbers
 };
 
@@ -250,10 +243,6 @@ int batch_norm_rows_per_thread(const BatchNormTuning *t, bool channels_last, int
 // Whether BatchNorm's pass 2 reads with last-use loads on an activation of
 // `bytes`. NULL table: never.
 bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes);
-
-// Whether the table asks for the partly resident training forward on an
-// activation of `bytes` (the kernel must still fit). NULL table: never.
-bool batch_norm_resident_wanted(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes);
 
 struct TuningTable {
   const char *name;  // where and how it was produced
