@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -86,7 +87,9 @@ inline double median(std::vector<double> v) {
 // tuner, whose candidates run back to back, takes less.
 inline double g_warm_up_ms = 20.0;
 
-inline double time_us(const std::function<void()> &launch) {
+// `flush`, when given, runs instead of the memset (bench/experiments/read_bandwidth.cu
+// compares a flush that leaves L2 dirty with one that leaves it clean).
+inline double time_us(const std::function<void()> &launch, const std::function<void()> &flush = {}) {
   const auto warm_start = std::chrono::steady_clock::now();
   do {
     launch();
@@ -95,7 +98,10 @@ inline double time_us(const std::function<void()> &launch) {
            g_warm_up_ms);
   std::vector<double> t;
   for (int i = 0; i < g_reps; ++i) {
-    CUDA_OK(cudaMemsetAsync(g_flush->p, i & 0xff, g_flush->bytes, g_stream));
+    if (flush)
+      flush();
+    else
+      CUDA_OK(cudaMemsetAsync(g_flush->p, i & 0xff, g_flush->bytes, g_stream));
     CUDA_OK(cudaEventRecord(g_start, g_stream));
     launch();
     CUDA_OK(cudaEventRecord(g_stop, g_stream));
@@ -116,6 +122,32 @@ inline void init() {
   CUDA_OK(cudaEventCreate(&g_start));
   CUDA_OK(cudaEventCreate(&g_stop));
   g_flush = new Buffer(size_t(prop.l2CacheSize) * 4);
+}
+
+// Our copy kernel over n 16-byte vectors, with its grid: a block per 4 * 256 vectors.
+inline void launch_copy_kernel(const void *src, void *dst, size_t n) {
+  const int blocks = int(std::min<size_t>((n + 4 * 256 - 1) / (4 * 256), size_t(1) << 30));
+  copy_kernel<<<blocks, 256, 0, g_stream>>>(static_cast<const uint4 *>(src), static_cast<uint4 *>(dst), n);
+}
+
+// The copy ceiling of a case that moves `bytes`: half read, half written, timed
+// as the cases are (time_us), by cudaMemcpy and by our copy kernel (cached per size).
+struct Ceiling {
+  double memcpy_us, kernel_us;
+  double best() const { return std::min(memcpy_us, kernel_us); }
+};
+inline Ceiling copy_ceiling(size_t bytes) {
+  static std::map<size_t, Ceiling> cache;
+  auto it = cache.find(bytes);
+  if (it != cache.end()) return it->second;
+  const size_t half = (bytes / 2 + 15) / 16 * 16;
+  Buffer src(half), dst(half);
+  CUDA_OK(cudaMemsetAsync(src.p, 1, half, g_stream));
+  Ceiling c;
+  c.memcpy_us = time_us([&] { CUDA_OK(cudaMemcpyAsync(dst.p, src.p, half, cudaMemcpyDeviceToDevice, g_stream)); });
+  c.kernel_us = time_us([&] { launch_copy_kernel(src.p, dst.p, half / 16); });
+  cache[bytes] = c;
+  return c;
 }
 
 // Fills n elements of dtype id (xvk_dtype_id) with values of the given mean and sd.

@@ -22,7 +22,6 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,29 +34,6 @@
 namespace {
 
 using namespace bench;
-
-// The copy ceiling for `bytes` moved (half read, half written), cached per size.
-struct Ceiling {
-  double memcpy_us, kernel_us;
-  double best() const { return std::min(memcpy_us, kernel_us); }
-};
-Ceiling copy_ceiling(size_t bytes) {
-  static std::map<size_t, Ceiling> cache;
-  auto it = cache.find(bytes);
-  if (it != cache.end()) return it->second;
-  const size_t half = (bytes / 2 + 15) / 16 * 16;
-  Buffer src(half), dst(half);
-  CUDA_OK(cudaMemsetAsync(src.p, 1, half, g_stream));
-  Ceiling c;
-  c.memcpy_us = time_us([&] { CUDA_OK(cudaMemcpyAsync(dst.p, src.p, half, cudaMemcpyDeviceToDevice, g_stream)); });
-  const size_t n = half / 16;
-  const int blocks = int(std::min<size_t>((n + 4 * 256 - 1) / (4 * 256), size_t(1) << 30));
-  c.kernel_us = time_us([&] {
-    copy_kernel<<<blocks, 256, 0, g_stream>>>(static_cast<const uint4 *>(src.p), static_cast<uint4 *>(dst.p), n);
-  });
-  cache[bytes] = c;
-  return c;
-}
 
 struct DType {
   const char *name;
