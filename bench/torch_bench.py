@@ -133,8 +133,11 @@ def main():
                     us = time_us(fn, flush, a.reps)
                     out.writerow([op, dname, rows, cols, f"{us:.3f}"])
                     f.flush()
+                    # No torch.cuda.empty_cache(): memory handed back to the driver slows every
+                    # kernel for some 50 ms after (bench_util.cuh's Arena), which would fall on the
+                    # next case. The caching allocator reuses the blocks, and frees them itself
+                    # only when a larger case does not fit.
                     del fn
-                    torch.cuda.empty_cache()
     print(f"wrote {a.csv}")
 
 
