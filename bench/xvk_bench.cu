@@ -5,11 +5,12 @@
 // ceiling: the faster of cudaMemcpy device-to-device and our own vectorized
 // copy kernel on the same number of bytes, timed the same way.
 //
-//   xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only] [--case OP:DTYPE:ROWSxCOLS]...
+//   xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only] [--no-param-grads] [--case OP:DTYPE:ROWSxCOLS]...
 //   xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OPS] [--shape NxCxHxW] [--csv FILE]
 //
 // --case runs only the cases named (for profiling one kernel under ncu), and
-// skips the host-cost measurement.
+// skips the host-cost measurement. --no-param-grads runs the norm backwards
+// without dgamma and dbeta (a diagnostic: what their sums cost, by difference).
 // --batch-norm times BatchNorm (training forward with ReLU or Add+ReLU and
 // their backward, from the ReLU mask or from y, and the inference forward) on
 // the ResNet-50 shapes, channels-first and channels-last, against the bytes of
@@ -95,6 +96,8 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, 
   return config_name(c);
 }
 
+bool g_no_param_grads = false;  // --no-param-grads
+
 Result run_case(xvk_context *ctx, const Case &c) {
   const DType &t = *c.dtype;
   const std::vector<int64_t> shape = {c.rows, c.cols}, vshape = {c.cols}, sshape = {c.rows};
@@ -128,7 +131,8 @@ Result run_case(xvk_context *ctx, const Case &c) {
     } else {
       XVK_OK(xvk_layer_norm_forward(ctx, &x.dl, &gamma.dl, &beta.dl, nullptr, &y.dl, &mean.dl, &rstd.dl));
       launch = [&] {
-        XVK_OK(xvk_layer_norm_backward(ctx, &dy.dl, &x.dl, &gamma.dl, &mean.dl, &rstd.dl, nullptr, &dx.dl, &dgamma.dl, &dbeta.dl));
+        XVK_OK(xvk_layer_norm_backward(ctx, &dy.dl, &x.dl, &gamma.dl, &mean.dl, &rstd.dl, nullptr, &dx.dl,
+                                       g_no_param_grads ? nullptr : &dgamma.dl, g_no_param_grads ? nullptr : &dbeta.dl));
       };
       r.bytes = 3 * n * es + 3 * double(c.cols) * es + 2 * double(c.rows) * 4;
     }
@@ -138,7 +142,9 @@ Result run_case(xvk_context *ctx, const Case &c) {
       r.bytes = 2 * n * es + double(c.cols) * es + double(c.rows) * 4;
     } else {
       XVK_OK(xvk_rms_norm_forward(ctx, &x.dl, &gamma.dl, nullptr, &y.dl, &rstd.dl));
-      launch = [&] { XVK_OK(xvk_rms_norm_backward(ctx, &dy.dl, &x.dl, &gamma.dl, &rstd.dl, nullptr, &dx.dl, &dgamma.dl)); };
+      launch = [&] {
+        XVK_OK(xvk_rms_norm_backward(ctx, &dy.dl, &x.dl, &gamma.dl, &rstd.dl, nullptr, &dx.dl, g_no_param_grads ? nullptr : &dgamma.dl));
+      };
       r.bytes = 3 * n * es + 2 * double(c.cols) * es + double(c.rows) * 4;
     }
   }
@@ -504,6 +510,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--host-only")) host_only = true;
+    else if (!std::strcmp(argv[i], "--no-param-grads")) g_no_param_grads = true;
     else if (!std::strcmp(argv[i], "--batch-norm")) batch_norm = true;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--big-reps") && i + 1 < argc) big_reps = std::atoi(argv[++i]);
@@ -536,7 +543,7 @@ int main(int argc, char **argv) {
       chosen_cases.push_back({*known_op, known_dtype, rows, cols});
     } else {
       std::fprintf(stderr,
-                   "usage: xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only] [--case OP:DTYPE:ROWSxCOLS]...\n"
+                   "usage: xvk-bench [--quick] [--reps N] [--csv FILE] [--host-only] [--no-param-grads] [--case OP:DTYPE:ROWSxCOLS]...\n"
                    "       xvk-bench --batch-norm [--quick] [--reps N] [--big-reps N] [--only OP[,OP...]] [--shape NxCxHxW]...\n"
                    "                [--csv FILE]\n"
                    "  --batch-norm  the BatchNorm cases instead of softmax and the norms (CSV: xvk-bn-bench.csv)\n"
@@ -544,7 +551,8 @@ int main(int argc, char **argv) {
                    "  --only        BatchNorm ops to run, of bn_relu_fwd, bn_relu_bwd, bn_relu_bwd_y, bn_add_relu_fwd,\n"
                    "                bn_add_relu_bwd, bn_relu_infer (the backward ones run their forward untimed first)\n"
                    "  --shape       a BatchNorm shape to run instead of the list (repeatable; for profiling one case)\n"
-                   "  --case        a softmax/norm case to run instead of the list, skipping the host cost (repeatable)\n");
+                   "  --case        a softmax/norm case to run instead of the list, skipping the host cost (repeatable)\n"
+                   "  --no-param-grads  the norm backwards without dgamma and dbeta (their cost, by difference)\n");
       return 2;
     }
   }

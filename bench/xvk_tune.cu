@@ -5,12 +5,16 @@
 // configuration, checks its output against the default rule's, times it
 // (median of L2-flushed launches) and keeps the fastest.
 //
-//   xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every]
+//   xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every [--shape ROWSxCOLS] [--no-param-grads]]
 //
 // --op K tunes OpKind K alone (0 softmax forward ... 3 norm backward); with
 // --out it replaces that operator's rows of the table already in FILE (and
 // says so in its header), else it writes nothing. --every also prints each
-// candidate's time.
+// candidate's time. --shape (with --op, without --out) times one shape of the
+// grid alone, every flavour and dtype: ROWS is a bucket's row count (8192 or
+// 49152), COLS one of the grid's widths. --no-param-grads (with --shape)
+// times the norm backward without dgamma and dbeta: what their partial sums
+// and finalize cost, by difference.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -84,8 +88,9 @@ bool write_file(const char *path, const std::string &text) {
 
 int main(int argc, char **argv) {
   const char *out_path = nullptr;
-  bool quick = false, every = false;
+  bool quick = false, every = false, no_param_grads = false;
   int only_op = -1;
+  long long only_rows = 0, only_cols = 0;  // --shape
   g_reps = 15;
   g_warm_up_ms = 3.0;  // candidates run back to back: the clocks are up after the first
   for (int i = 1; i < argc; ++i) {
@@ -101,8 +106,17 @@ int main(int argc, char **argv) {
       only_op = int(k);
     }
     else if (!std::strcmp(argv[i], "--every")) every = true;
-    else return std::fprintf(stderr, "usage: xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every]\n"), 2;
+    else if (!std::strcmp(argv[i], "--no-param-grads")) no_param_grads = true;
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {
+      int used = 0;
+      if (std::sscanf(argv[++i], "%lldx%lld%n", &only_rows, &only_cols, &used) != 2 || argv[i][used] != '\0')
+        return std::fprintf(stderr, "xvk-tune: --shape wants ROWSxCOLS, got '%s'\n", argv[i]), 2;
+    }
+    else return std::fprintf(stderr, "usage: xvk-tune [--reps N] [--out FILE] [--quick] [--op K --every [--shape ROWSxCOLS] [--no-param-grads]]\n"), 2;
   }
+  // A table needs every shape: --shape only prints.
+  if ((only_cols || no_param_grads) && (only_op < 0 || out_path))
+    return std::fprintf(stderr, "xvk-tune: --shape and --no-param-grads go with --op and without --out\n"), 2;
   // --op K --out FILE merges into the table in FILE: read it before the GPU is touched.
   std::string old_file;
   if (only_op >= 0 && out_path && !read_file(out_path, &old_file)) return 2;
@@ -124,12 +138,19 @@ int main(int argc, char **argv) {
       dgamma_ref(max_cols * 4), dbeta(max_cols * 4), mean(max_rows * 4), rstd(max_rows * 4);
   std::string table;
   int entries = 0, rejected = 0;
+  if (only_cols) {
+    const bool bucket = std::any_of(buckets.begin(), buckets.end(), [&](const auto &b) { return b.first == only_rows; });
+    if (!bucket || std::find(grid.begin(), grid.end(), int64_t(only_cols)) == grid.end())
+      return std::fprintf(stderr, "xvk-tune: --shape %lldx%lld is not in the grid (rows 8192 or 49152)\n", only_rows, only_cols), 2;
+  }
   for (const auto &[rows, rows_bound] : buckets)
+  if (!only_cols || rows == only_rows)
   for (int op = 0; op < 4; ++op)
   if (only_op < 0 || op == only_op)
   for (int flavour = 0; flavour < 2; ++flavour)
     for (int dtype = 0; dtype < 3; ++dtype)
       for (int64_t cols : grid) {
+        if (only_cols && cols != only_cols) continue;
         const size_t n = size_t(rows * cols), es = dtype == 0 ? 4 : 2;
         fill(x.p, dtype, n, 11, 0.5f, 2.0f);
         fill(dy.p, dtype, n, 12, 0.0f, 1.0f);
@@ -154,6 +175,7 @@ int main(int argc, char **argv) {
         nb.rows = rows, nb.cols = cols, nb.dtype = dtype, nb.dy = {dy.p, cols}, nb.x = {x.p, cols}, nb.dx = {out.p, cols};
         nb.gamma = gamma.p, nb.param_dtype = dtype, nb.mean = nf.mean, nb.rstd = nf.rstd;
         nb.dgamma = dgamma.p, nb.dbeta = flavour ? nullptr : dbeta.p, nb.dparam_dtype = dtype;
+        if (no_param_grads) nb.dgamma = nb.dbeta = nullptr;
         nb.rms = flavour;
         auto run = [&](const Config *c) {
           switch (OpKind(op)) {
@@ -180,7 +202,7 @@ int main(int argc, char **argv) {
             continue;
           }
           float diff = relative_diff(out.p, ref.p, dtype, n);
-          if (op == int(OpKind::kNormBackward)) diff = std::max(diff, relative_diff(dgamma.p, dgamma_ref.p, dtype, size_t(cols)));
+          if (op == int(OpKind::kNormBackward) && nb.dgamma) diff = std::max(diff, relative_diff(dgamma.p, dgamma_ref.p, dtype, size_t(cols)));
           if (!(diff <= tol)) {
             std::printf("REJECTED %s %s cols %lld %s: differs from the default by %g\n", kOpNames[op][flavour], kDtypeNames[dtype],
                         (long long)cols, config_name(c).c_str(), diff);
