@@ -23,8 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_util.cuh"
-#include "cuda/launch.cuh"
+#include "kernel_context.cuh"
 
 using namespace bench;
 using namespace xvk::gpu;
@@ -124,9 +123,7 @@ int main(int argc, char **argv) {
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   Context ctx;
-  ctx.device = 0;
-  ctx.info = &device_info(0);
-  ctx.stream = g_stream;
+  init_kernel_context(ctx);
   const DeviceLimits limits = ctx.info->limits();
   const int64_t max_rows = 49152, max_cols = 32768;
   // Row buckets: (rows tuned at, largest rows the entries apply to).

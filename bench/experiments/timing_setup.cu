@@ -15,8 +15,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "bench_util.cuh"
-#include "cuda/launch.cuh"
+#include "kernel_context.cuh"
 
 using namespace bench;
 using namespace xvk::gpu;
@@ -84,9 +83,7 @@ int main() {
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   Context ctx;
-  ctx.device = 0;
-  ctx.info = &device_info(0);
-  ctx.stream = g_stream;
+  init_kernel_context(ctx);
   std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
   const size_t big = size_t(49152) * 32768 * 4;  // the tuner's buffers, and the largest case's tensors
   Buffer params(4 * 32768 * 4), stats(2 * 49152 * 4), ns(8);
