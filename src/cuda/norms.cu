@@ -1044,19 +1044,16 @@ __global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_ba
 // The finalize kernel: block (x, y) adds up slice y of the parts for the
 // kFinalizeTileCols columns of tile x (a column per threadIdx.x: a tile's
 // width, not the warp's). Its blockDim.y lanes (a power of two, up to
-// kFinalizeMaxLanes) take parts l, l + lanes, ... of the slice,
-// kFinalizeInFlight of them a round, all loaded at once (those past the
-// slice's end read as 0) and added in a tree; the rounds' sums add up in
-// order, and the lanes' sums meet in a tree over the lanes. The partial sums
-// are few bytes but just written: what costs is the latency of each round of
-// loads, so a lane's parts go out together (a remainder taken one part at a
-// time made a second and later rounds). With one slice that is the result;
-// with more, each slice's sums go to slice_sums[slice][2][cols], and the
-// tile's last block to finish (a ticket on counters[x]) adds them in slice
-// order.
+// kFinalizeMaxLanes) take parts l, l + lanes, ... of the slice, loading
+// kFinalizeInFlight of them at once, and their sums meet in a tree over the
+// lanes. The partial sums are few bytes but just written: what costs is the
+// latency of each round of loads, so the lanes are many and their rounds
+// few. With one slice that is the result; with more, each slice's sums go
+// to slice_sums[slice][2][cols], and the tile's last block to finish (a
+// ticket on counters[x]) adds them in slice order.
 constexpr int kFinalizeTileCols = 32;
 constexpr int kFinalizeMaxLanes = 32;
-constexpr int kFinalizeInFlight = 16;
+constexpr int kFinalizeInFlight = 8;
 __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
     norm_backward_finalize(const xvk_norm_backward_args a, const float *partial, int64_t parts, float *slice_sums,
                            unsigned *counters) {
@@ -1072,26 +1069,27 @@ __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
   if (in) {
     constexpr int K = kFinalizeInFlight;
     const int64_t stride = 2 * a.cols;  // floats from one part to the next
-    for (int64_t part = begin + y; part < end; part += int64_t(K) * lanes) {
+    float sg[K] = {}, sb[K] = {};
+    int64_t part = begin + y;
+    for (; part + (K - 1) * lanes < end; part += K * lanes) {
       float vg[K], vb[K];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        const int64_t q = part + int64_t(k) * lanes;
-        const float *p = partial + q * stride + col;
-        vg[k] = q < end ? p[0] : 0.0f;
-        vb[k] = q < end ? p[a.cols] : 0.0f;
+        const float *p = partial + (part + k * lanes) * stride + col;
+        vg[k] = p[0], vb[k] = p[a.cols];
       }
-      // A tree over the K values, written out: clang for AMD did not unroll
-      // a halving loop, which left the arrays in scratch memory.
-      static_assert(K == 16, "the tree below adds sixteen values");
 #pragma unroll
-      for (int k = 0; k < 8; ++k) vg[k] += vg[k + 8], vb[k] += vb[k + 8];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) vg[k] += vg[k + 4], vb[k] += vb[k + 4];
-#pragma unroll
-      for (int k = 0; k < 2; ++k) vg[k] += vg[k + 2], vb[k] += vb[k + 2];
-      g += vg[0] + vg[1], b += vb[0] + vb[1];
+      for (int k = 0; k < K; ++k) sg[k] += vg[k], sb[k] += vb[k];
     }
+    for (; part < end; part += lanes) sg[0] += partial[part * stride + col], sb[0] += partial[part * stride + a.cols + col];
+    // A tree over the K sums, written out: clang for AMD did not unroll a
+    // halving loop, which left sg and sb in scratch memory.
+    static_assert(K == 8, "the tree below adds eight sums");
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sg[k] += sg[k + 4], sb[k] += sb[k + 4];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) sg[k] += sg[k + 2], sb[k] += sb[k + 2];
+    g = sg[0] + sg[1], b = sb[0] + sb[1];
   }
   lane_sums[y][0][x] = g, lane_sums[y][1][x] = b;
   for (int half = lanes / 2; half > 0; half /= 2) {
