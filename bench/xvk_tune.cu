@@ -12,7 +12,7 @@
 // says so in its header), else it writes nothing. --every also prints each
 // candidate's time. --shape (with --op, without --out) times one shape of the
 // grid alone, every flavour and dtype: ROWS is a bucket's row count (8192 or
-// 49152), COLS one of the grid's widths. --no-param-grads (with --shape)
+// 49152), COLS one of the grid's widths. --no-param-grads (with --op 3)
 // times the norm backward without dgamma and dbeta: what their partial sums
 // and finalize cost, by difference.
 #include <cmath>
@@ -116,6 +116,15 @@ int main(int argc, char **argv) {
   // A table needs every shape: --shape only prints.
   if ((only_cols || no_param_grads) && (only_op < 0 || out_path))
     return std::fprintf(stderr, "xvk-tune: --shape and --no-param-grads go with --op and without --out\n"), 2;
+  // Row buckets: (rows tuned at, largest rows the entries apply to).
+  const std::vector<std::pair<int64_t, int64_t>> buckets = {{8192, 16384}, {49152, INT64_MAX}};
+  const std::vector<int64_t> grid = quick ? std::vector<int64_t>{32, 1024, 8192}
+                                          : std::vector<int64_t>{32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 5120, 8192, 16384, 32768};
+  if (only_cols) {
+    const bool bucket = std::any_of(buckets.begin(), buckets.end(), [&](const auto &b) { return b.first == only_rows; });
+    if (!bucket || std::find(grid.begin(), grid.end(), int64_t(only_cols)) == grid.end())
+      return std::fprintf(stderr, "xvk-tune: --shape %lldx%lld is not in the grid (rows 8192 or 49152)\n", only_rows, only_cols), 2;
+  }
   // --op K --out FILE merges into the table in FILE: read it before the GPU is touched.
   std::string old_file;
   if (only_op >= 0 && out_path && !read_file(out_path, &old_file)) return 2;
@@ -126,20 +135,11 @@ int main(int argc, char **argv) {
   init_kernel_context(ctx);
   const DeviceLimits limits = ctx.info->limits();
   const int64_t max_rows = 49152, max_cols = 32768;
-  // Row buckets: (rows tuned at, largest rows the entries apply to).
-  const std::vector<std::pair<int64_t, int64_t>> buckets = {{8192, 16384}, {49152, INT64_MAX}};
-  const std::vector<int64_t> grid = quick ? std::vector<int64_t>{32, 1024, 8192}
-                                          : std::vector<int64_t>{32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 5120, 8192, 16384, 32768};
   const size_t big = size_t(max_rows * max_cols) * 4;
   Buffer x(big), dy(big), out(big), ref(big), gamma(max_cols * 4), beta(max_cols * 4), dgamma(max_cols * 4),
       dgamma_ref(max_cols * 4), dbeta(max_cols * 4), mean(max_rows * 4), rstd(max_rows * 4);
   std::string table;
   int entries = 0, rejected = 0;
-  if (only_cols) {
-    const bool bucket = std::any_of(buckets.begin(), buckets.end(), [&](const auto &b) { return b.first == only_rows; });
-    if (!bucket || std::find(grid.begin(), grid.end(), int64_t(only_cols)) == grid.end())
-      return std::fprintf(stderr, "xvk-tune: --shape %lldx%lld is not in the grid (rows 8192 or 49152)\n", only_rows, only_cols), 2;
-  }
   for (const auto &[rows, rows_bound] : buckets)
   if (!only_cols || rows == only_rows)
   for (int op = 0; op < 4; ++op)
