@@ -469,19 +469,16 @@ __global__ void __launch_bounds__(1024) norm_forward_shared(const xvk_norm_forwa
 // warp wrote 4 bytes into 32 sectors, and the burst of them at the kernel's
 // end cost more than the sums' bytes (H100, LayerNorm fp16 8192 x 4096
 // backward, a block per SM: 11 us of kernel time, 1.6M L2 sector writes for
-// 4.3 MB of sums). Small totals are added up inside the backward kernel (no
-// second launch, finalize_in_last_block); larger ones by
+// 4.3 MB of sums). Small totals are added up by the
+// backward kernel's last block to finish (no second launch); larger ones by
 // norm_backward_finalize, whose blocks split the parts between them.
 // ---------------------------------------------------------------------------
 
 // Where a backward kernel puts its parameter-gradient sums.
 struct ParamGradSums {
-  float *partial = nullptr;     // [parts][2][cols]; null: dgamma/dbeta not wanted
-  unsigned *counter = nullptr;  // in-kernel finalize: tickets, one per group then one for the groups;
-                                // null: a finalize kernel follows
-  float *group_sums = nullptr;  // in-kernel finalize: [groups][2][cols] (two levels)
-  float *lane_sums = nullptr;   // in-kernel finalize: [groups][2 * 1024], each group's lanes' sums
-  int group = 0;                // in-kernel finalize: parts per group (all of them: one level)
+  float *partial = nullptr;    // [parts][2][cols]; null: dgamma/dbeta not wanted
+  float *lane_sums = nullptr;  // in-kernel finalize: the last block's scratch, after the parts
+  unsigned *counter = nullptr; // in-kernel finalize: blocks finished; null: a finalize kernel follows
 };
 
 // dgamma[col] = g and dbeta[col] = b in the gradients' dtype.
@@ -499,76 +496,59 @@ __device__ __forceinline__ void store_param_grads(const xvk_norm_backward_args &
   store(a.dbeta, b);
 }
 
-// Above this many loads per thread a block adding up parts would take
-// longer than a finalize launch.
-inline constexpr int64_t kInKernelFinalizeLoads = 24;
-
-// The in-kernel finalize's shape, with `threads` threads over cols columns:
-// `lanes` threads share each column's parts (1: a thread takes whole
-// columns), and loads(n) is each thread's loads to add up n parts. It loads
-// one float at a time: wider loads, with their sums, raised every backward
-// kernel's register count (the finalize code is part of the kernel).
+// The in-kernel finalize's shape: with `threads` threads over cols
+// columns, `lanes` threads share each column's parts (1: a thread takes
+// whole columns), and each thread makes `loads` loads. It loads one float
+// at a time: wider loads, with their sums, raised every backward kernel's
+// register count (the finalize code is part of the kernel).
 struct InKernelFinalize {
   int lanes;
-  int64_t loads_per_part;
-  __host__ __device__ InKernelFinalize(int64_t cols, int threads) {
+  int64_t loads;
+  __host__ __device__ InKernelFinalize(int64_t parts, int64_t cols, int threads) {
     lanes = cols >= threads ? 1 : int(threads / cols);
-    loads_per_part = 2 * (lanes == 1 ? (cols + threads - 1) / threads : 1);
-  }
-  __host__ __device__ int64_t loads(int64_t parts) const { return loads_per_part * ((parts + lanes - 1) / lanes); }
-  // Parts per group: all of them when one block can add them up
-  // (kInKernelFinalizeLoads); else, in whole rounds of the lanes, the group
-  // whose larger level (a group's parts, then the groups' sums) takes the
-  // fewest loads, the larger group on ties (fewer tickets); 0 when two
-  // levels would still take too many (norm_backward_finalize follows).
-  int64_t group_for(int64_t parts) const {
-    if (loads(parts) <= kInKernelFinalizeLoads) return parts;
-    int64_t best = 0, best_loads = kInKernelFinalizeLoads;
-    for (int64_t group = lanes; group < parts && loads(group) <= kInKernelFinalizeLoads; group += lanes) {
-      const int64_t worst = std::max(loads(group), loads((parts + group - 1) / group));
-      if (worst <= best_loads) best = group, best_loads = worst;
-    }
-    return best;
+    loads = 2 * (lanes == 1 ? (cols + threads - 1) / threads * parts : (parts + lanes - 1) / lanes);
   }
 };
+// Above this many loads per thread the last block alone would take longer
+// than a finalize launch.
+inline constexpr int64_t kInKernelFinalizeLoads = 24;
 
-// Adds up n parts of [2][cols] sums that start at `parts`, in an order fixed
-// by n, the columns and the block: lane l of a column takes parts l, l +
-// lanes, ...; the lanes' sums meet in lane_sums ([lanes][2][cols]) and
-// lane 0 adds them in lane order. The sums go to out ([2][cols]) or, when
-// out is null, to dgamma and dbeta. Every thread of the block calls it. Few
-// parts and columns here (kInKernelFinalizeLoads): 32-bit offsets, which
-// kept the code's register count low.
-__device__ void add_up_parts(const xvk_norm_backward_args &a, const float *parts_sums, int n, float *lane_sums,
-                             float *out) {
-  const int cols = int(a.cols), t = int(threadIdx.x);
-  const int lanes = InKernelFinalize(cols, int(blockDim.x)).lanes;
+// Called by every thread of every block once its partial sums are written:
+// the last block to get here adds up all parts. Lane l of a column group
+// takes parts l, l + lanes, ...; the lanes' sums meet in lane_sums
+// ([lanes][2][cols]) and lane 0 adds them in lane order.
+__device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const ParamGradSums &s) {
+  __shared__ bool last;
+  __threadfence();  // this block's partial sums, before its ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(s.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every block's partial sums, after the last ticket
+  // Few parts and columns here (kInKernelFinalizeLoads): 32-bit offsets,
+  // which kept the code's register count low.
+  const int cols = int(a.cols), parts = int(gridDim.x), t = int(threadIdx.x);
+  const int lanes = InKernelFinalize(parts, cols, int(blockDim.x)).lanes;
   const int span = lanes == 1 ? int(blockDim.x) : cols;  // threads per lane
   const int lane = t / span, stride = lanes * 2 * cols;
-  auto put = [&](int col, float g, float b) {
-    if (out)
-      out[col] = g, out[cols + col] = b;
-    else
-      store_param_grads(a, col, g, b);
-  };
   for (int col = t % span; lane < lanes && col < cols; col += span) {  // one column each when lanes > 1
-    const float *p = parts_sums + lane * 2 * cols + col;
+    const float *p = s.partial + lane * 2 * cols + col;
     float sg[4] = {}, sb[4] = {};
     int part = lane;
-    for (; part + 3 * lanes < n; part += 4 * lanes, p += 4 * stride) {
+    for (; part + 3 * lanes < parts; part += 4 * lanes, p += 4 * stride) {
       float vg[4], vb[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) vg[k] = p[k * stride], vb[k] = p[k * stride + cols];
 #pragma unroll
       for (int k = 0; k < 4; ++k) sg[k] += vg[k], sb[k] += vb[k];
     }
-    for (; part < n; part += lanes, p += stride) sg[0] += p[0], sb[0] += p[cols];
+    for (; part < parts; part += lanes, p += stride) sg[0] += p[0], sb[0] += p[cols];
     const float g = (sg[0] + sg[1]) + (sg[2] + sg[3]), b = (sb[0] + sb[1]) + (sb[2] + sb[3]);
     if (lanes == 1) {
-      put(col, g, b);
+      store_param_grads(a, col, g, b);
     } else {
-      lane_sums[lane * 2 * cols + col] = g;
-      lane_sums[lane * 2 * cols + cols + col] = b;
+      s.lane_sums[lane * 2 * cols + col] = g;
+      s.lane_sums[lane * 2 * cols + cols + col] = b;
     }
   }
   if (lanes > 1) {
@@ -576,45 +556,11 @@ __device__ void add_up_parts(const xvk_norm_backward_args &a, const float *parts
     const int col = t;
     if (col < cols) {
       float g = 0.0f, b = 0.0f;
-      for (int l = 0; l < lanes; ++l) g += lane_sums[l * 2 * cols + col], b += lane_sums[l * 2 * cols + cols + col];
-      put(col, g, b);
+      for (int l = 0; l < lanes; ++l) g += s.lane_sums[l * 2 * cols + col], b += s.lane_sums[l * 2 * cols + cols + col];
+      store_param_grads(a, col, g, b);
     }
   }
-}
-
-// Called by every thread of every block once its partial sums are written.
-// The blocks are in groups of s.group (parts = blocks): the last block of a
-// group to get here adds up the group's parts; with one group those are the
-// results, else its sums go to group_sums and the last group to finish adds
-// up all groups'. Two levels of tickets and loads instead of one block
-// loading hundreds of parts, or a finalize launch after the kernel. Each
-// level's last block resets its ticket for the next kernel on the stream.
-__device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const ParamGradSums &s) {
-  __shared__ bool last;
-  const int parts = int(gridDim.x), group = s.group, cols = int(a.cols);
-  const int g = int(blockIdx.x) / group, first = g * group, in_group = min(group, parts - first);
-  const int groups = (parts + group - 1) / group;
-  float *lane_sums = s.lane_sums + g * 2 * 1024;
-  __threadfence();  // this block's partial sums, before its ticket
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(s.counter + g, 1u) == unsigned(in_group - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the group's partial sums, after its last ticket
-  if (threadIdx.x == 0) s.counter[g] = 0;
-  if (groups == 1) {
-    add_up_parts(a, s.partial, parts, lane_sums, nullptr);
-    return;
-  }
-  add_up_parts(a, s.partial + first * 2 * cols, in_group, lane_sums, s.group_sums + g * 2 * cols);
-  __threadfence();  // this group's sums, before its ticket
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(s.counter + groups, 1u) == unsigned(groups - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // every group's sums, after the last ticket
-  if (threadIdx.x == 0) s.counter[groups] = 0;
-  add_up_parts(a, s.group_sums, groups, lane_sums, nullptr);
+  if (t == 0) *s.counter = 0;  // ready for the next kernel on the stream
 }
 
 // Backward, register variants. partial (when dgamma/dbeta are wanted) gets
@@ -1239,28 +1185,21 @@ struct ParamGradScratch {
 };
 
 // The scratch for `parts` parts of sums: the workspace holds the parts, then
-// room for the finalize's slice sums, or, for the in-kernel finalize
-// (`group` > 0 parts per group), the groups' sums and each group's lane sums
-// (lanes * cols <= threads <= 1024). The completion counters serve the
-// kernel's groups and last block, else norm_backward_finalize's slices.
-xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, int64_t group, ParamGradScratch *out) {
-  const bool in_kernel = group > 0;
-  const int64_t groups = in_kernel ? ceil_div(parts, group) : 0;
+// room for the finalize's slice sums or for the last block's lane sums (lanes
+// * cols <= threads <= 1024). The completion counters serve the kernel's last
+// block when in_kernel, else norm_backward_finalize.
+xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool in_kernel, ParamGradScratch *out) {
   out->parts = parts;
   out->grid = FinalizeGrid(parts, cols);
-  const int64_t extra = in_kernel ? groups * 2 * (cols + 1024) : out->grid.slices * 2 * cols;
+  const int64_t floats = parts * 2 * cols + std::max<int64_t>(out->grid.slices * 2 * cols, 2 * 1024);
   void *p = nullptr;
-  if (ctx.workspace(size_t(parts * 2 * cols + extra) * sizeof(float), &p) != kSuccess) return XVK_ERROR_OUT_OF_MEMORY;
+  if (ctx.workspace(size_t(floats) * sizeof(float), &p) != kSuccess) return XVK_ERROR_OUT_OF_MEMORY;
   out->sums.partial = static_cast<float *>(p);
-  if (in_kernel) {
-    out->sums.group = int(group);
-    out->sums.group_sums = out->sums.partial + parts * 2 * cols;
-    out->sums.lane_sums = out->sums.group_sums + groups * 2 * cols;
-  }
-  const int64_t counters = in_kernel ? (groups > 1 ? groups + 1 : 1) : out->grid.slices > 1 ? out->grid.tiles : 0;
+  if (in_kernel) out->sums.lane_sums = out->sums.partial + parts * 2 * cols;
+  const int counters = in_kernel ? 1 : out->grid.slices > 1 ? int(out->grid.tiles) : 0;
   if (counters > 0) {
     unsigned *c = nullptr;
-    const error_t e = ctx.completion_counters(int(counters), &c);
+    const error_t e = ctx.completion_counters(counters, &c);
     if (e != kSuccess) return device_error("allocating completion counters", e);
     (in_kernel ? out->sums.counter : out->finalize_counters) = c;
   }
@@ -1268,7 +1207,7 @@ xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, int64
 }
 
 // The finalize kernel over the scratch's parts (param_grad_scratch with
-// group 0).
+// in_kernel false).
 xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const ParamGradScratch &s) {
   float *slice_sums = s.sums.partial + s.parts * 2 * a.cols;
   const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(kFinalizeTileCols, unsigned(s.grid.lanes));
@@ -1288,7 +1227,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     const int64_t rows_per_chunk = a.rows == 0 ? 1 : ceil_div(a.rows, chunks);
     const int64_t parts = a.rows == 0 ? 1 : ceil_div(a.rows, rows_per_chunk);
     ParamGradScratch scratch;
-    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, 0, &scratch)) != XVK_SUCCESS)
+    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, false, &scratch)) != XVK_SUCCESS)
       return status;
     if (a.rows > 0) {
       status = launch_rows(ctx, c, norm_backward_reread<T, VEC>, "norm_backward_reread", a.rows, 1, a);
@@ -1305,10 +1244,9 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident, c.blocks_per_sm);
     const int64_t parts = blocks;
     ParamGradScratch scratch;
-    // The kernel's last blocks add up the parts when they are few enough.
-    const int64_t group = want_params ? InKernelFinalize(a.cols, c.threads).group_for(parts) : 0;
-    const bool in_kernel = group > 0;
-    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, group, &scratch)) != XVK_SUCCESS) return;
+    // The kernel's last block adds up the parts when they are few.
+    const bool in_kernel = want_params && InKernelFinalize(parts, a.cols, c.threads).loads <= kInKernelFinalizeLoads;
+    if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, in_kernel, &scratch)) != XVK_SUCCESS) return;
     kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, scratch.sums);
     status = check_launch(name);
     if (status == XVK_SUCCESS && want_params && !in_kernel) status = finalize(ctx, a, scratch);
@@ -1331,7 +1269,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
           const auto kernel = norm_backward_cluster<T, VEC, P>;
           const int64_t clusters = cluster_grid(ctx, c, kernel, a.rows);  // one part of the sums each
           ParamGradScratch scratch;
-          if (want_params && (status = param_grad_scratch(ctx, clusters, a.cols, 0, &scratch)) != XVK_SUCCESS)
+          if (want_params && (status = param_grad_scratch(ctx, clusters, a.cols, false, &scratch)) != XVK_SUCCESS)
             return;
           status = launch_cluster_rows(ctx, c, kernel, "norm_backward_cluster", clusters, a, scratch.sums,
                                        cluster_slice_cols(a.cols, VEC, c.group));
