@@ -994,24 +994,6 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
     for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.c + ch) * Op::K + k] = a[k];
 }
 
-// Stores N consecutive floats in 16-byte pieces when N % 4 == 0, else in
-// 8-byte ones when N % 2 == 0 (p aligned to match), else one at a time. One
-// float at a time, each store of a warp puts 4 bytes into 32 L2 sectors: the
-// norm backward's dgamma/dbeta partial sums cost more than their bytes that
-// way (norms.cu, ParamGradSums).
-template <int N>
-__device__ __forceinline__ void store_floats(float *p, const float (&in)[N]) {
-  if constexpr (N % 4 == 0) {
-    store_vec<float, N>(p, in);
-  } else if constexpr (N % 2 == 0) {
-#pragma unroll
-    for (int i = 0; i < N; i += 2) *reinterpret_cast<float2 *>(p + i) = make_float2(in[i], in[i + 1]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i) p[i] = in[i];
-  }
-}
-
 // Column reduction: the tensor as rows (Shape), a state per column. Block
 // (column tile, part): tx lanes across VEC-wide column vectors, ty down the
 // part's chunks of rows, kRowBatch rows at a time; states merged over ty in shared
@@ -1088,17 +1070,11 @@ __global__ void __launch_bounds__(kThreads, LONG_ROWS ? Src::kLongRowMinBlocks :
       }
     __syncthreads();
   }
-  if (ty == 0 && col0 < sh.row_len) {
-    // A lane's VEC states are VEC * K consecutive floats, at a multiple of
-    // VEC * K floats (row_len and col0 are multiples of VEC) from the
-    // workspace's 16-byte aligned partials: whole pieces for store_floats.
-    float flat[VEC * Op::K];
+  if (ty == 0 && col0 < sh.row_len)
 #pragma unroll
     for (int j = 0; j < VEC; ++j)
 #pragma unroll
-      for (int k = 0; k < Op::K; ++k) flat[j * Op::K + k] = a[j][k];
-    store_floats(partials + (int64_t(part) * sh.row_len + col0) * Op::K, flat);
-  }
+      for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.row_len + col0 + j) * Op::K + k] = a[j][k];
 }
 
 // States whose loads a finalize lane issues before it merges them: one
