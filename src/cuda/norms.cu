@@ -714,13 +714,17 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
   } else {
     // Groups hold the same columns: add them up across the lanes of a warp,
     // then across the warps of the block through shared memory (one pack of
-    // G * VEC columns at a time), always in the same order.
-    extern __shared__ float warp_sums[];  // [warps][G * VEC]
+    // G * VEC columns at a time), always in the same order. Two buffers
+    // take the packs in turn, so one barrier per pack separates its writes
+    // from its reads and the reads of the pack before from the writes of
+    // the one after; lanes write their VEC sums as vectors.
+    extern __shared__ float warp_sums[];  // [2][warps][G * VEC]
     const int warps = int(blockDim.x) / kWarpSize;
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
+        float *buffer = warp_sums + ((which * PACKS + p) % 2) * warps * G * VEC;
         float v[VEC];
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
@@ -728,18 +732,14 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
 #pragma unroll
           for (int offset = G; offset < kWarpSize; offset *= 2) v[i] += shfl_xor(v[i], offset, kWarpSize);
         }
-        if (lane_id() < G) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) warp_sums[warp_id() * G * VEC + lane_id() * VEC + i] = v[i];
-        }
+        if (lane_id() < G) store_vec<float, VEC>(buffer + warp_id() * G * VEC + lane_id() * VEC, v);
         __syncthreads();
         for (int t = int(threadIdx.x); t < G * VEC; t += int(blockDim.x)) {
           const int col = p * G * VEC + t;  // element t % VEC of lane t / VEC's pack p
           float sum = 0.0f;
-          for (int w = 0; w < warps; ++w) sum += warp_sums[w * G * VEC + t];
+          for (int w = 0; w < warps; ++w) sum += buffer[w * G * VEC + t];
           if (col < a.cols) (which == 0 ? pg : pb)[col] = sum;
         }
-        __syncthreads();
       }
     }
   }
@@ -1238,7 +1238,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     status = check_launch("norm_param_grad_columns");
     return status == XVK_SUCCESS ? finalize(ctx, a, scratch) : status;
   }
-  // smem: the group variants' cross-warp sums of one pack of columns.
+  // smem: the group variants' cross-warp sums, two packs of columns (double-buffered).
   auto launch = [&](auto kernel, const char *name, int64_t rows_per_block, size_t smem) {
     const int resident = ctx.blocks_per_sm(kernel, c.threads, smem);
     const int blocks = grid_blocks(ctx, ceil_div(a.rows, rows_per_block), resident, c.blocks_per_sm);
@@ -1255,7 +1255,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
       constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
       launch(norm_backward_registers<T, VEC, P, G, R>, "norm_backward_registers", int64_t(c.threads / G) * R,
-             want_params ? size_t(c.threads / ctx.info->warp_size) * G * VEC * sizeof(float) : 0);
+             want_params ? 2 * size_t(c.threads / ctx.info->warp_size) * G * VEC * sizeof(float) : 0);
     });
   } else if (c.variant == Variant::kBlock) {
     with_block_packs(c.packs, [&](auto packs) {
