@@ -1,0 +1,216 @@
+// What does a grid-wide sum after the last row cost, at the least? The norm
+// backward's dgamma/dbeta need every row before they are final, so the op
+// ends with a round trip across SMs after its last rows: either a second
+// kernel (norm_backward_finalize) or tickets inside the kernel. This times
+// that round trip with nothing else around it, on the bytes of the cases the
+// 1.25x target misses: the copy kernel (the target's reference), a kernel of
+// the backward's data movement alone (read x and dy, write dx: three
+// tensors, the copy kernel's access pattern on a persistent grid, one
+// multiply per element), and that kernel with a part of column sums per
+// block (2 x cols floats, as the norm backward's), added up by each of: a finalize kernel started by programmatic dependent
+// launch, the same with the dependent launch allowed at the kernel's start,
+// a plain second launch, and the kernel's last block after a ticket.
+// Built beside xvk-tune (bench/CMakeLists.txt) as xvk-grid-round-trip.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "bench_util.cuh"
+
+using namespace bench;
+
+namespace {
+
+// A persistent grid of one or two 1024-thread blocks per SM: few parts (one
+// or two per SM), which a block adds up in one to three rounds of loads per
+// tile of 64 floats, as small a finish as the sums can have. A part is the norm
+// backward's: dgamma's and dbeta's sums, 2 * cols floats.
+constexpr int kThreads = 1024, kTile = 64, kLanes = kThreads / kTile, kInFlight = 8;
+
+enum class Sums { kNone, kPart, kTicket };
+
+// The block adds up tile `tile` (64 floats) of `count` parts of `width`
+// floats: kLanes lanes per float, kInFlight parts in flight each, then the
+// lanes in order.
+__device__ void add_up(const float *parts, int count, int width, int tile, float *out) {
+  __shared__ float lanes[kThreads];
+  const int lane = int(threadIdx.x) / kTile, col = tile * kTile + int(threadIdx.x) % kTile;
+  const bool in = col < width;
+  float s[kInFlight] = {};
+  int p = lane;
+  for (; in && p + (kInFlight - 1) * kLanes < count; p += kInFlight * kLanes) {
+    float v[kInFlight];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) v[k] = parts[size_t(p + k * kLanes) * width + col];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) s[k] += v[k];
+  }
+  for (; in && p < count; p += kLanes) s[0] += parts[size_t(p) * width + col];
+  float t = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kInFlight; ++k) t += s[k];
+  lanes[threadIdx.x] = t;
+  __syncthreads();
+  if (lane == 0 && in) {
+    t = 0.0f;
+    for (int l = 0; l < kLanes; ++l) t += lanes[l * kTile + int(threadIdx.x)];
+    out[col] = t;
+  }
+  __syncthreads();  // lanes, before the next tile
+}
+
+// dx = x * dy over n 16-byte vectors (as floats), grid-stride, four vectors
+// in flight per thread as in the copy kernel. kPart and kTicket: each block also
+// writes a part of `width` floats (from its threads' sums of dx); kTicket:
+// the last block to take a ticket adds up all parts into out, a tile after
+// the other. kEarly: lets the dependent finalize launch at once
+// (griddepcontrol.launch_dependents).
+template <Sums S, bool kEarly>
+__global__ void __launch_bounds__(kThreads, 2)  // two blocks per SM fit: at most 32 registers
+    backward_like(const uint4 *__restrict__ x, const uint4 *__restrict__ dy, uint4 *__restrict__ dx, size_t n,
+                  float *parts, int width, unsigned *ticket, float *out) {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (kEarly) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  float acc = 0.0f;
+  auto mul = [&](uint4 a, uint4 b) {
+    float4 r;
+    r.x = __uint_as_float(a.x) * __uint_as_float(b.x), r.y = __uint_as_float(a.y) * __uint_as_float(b.y);
+    r.z = __uint_as_float(a.z) * __uint_as_float(b.z), r.w = __uint_as_float(a.w) * __uint_as_float(b.w);
+    acc += (r.x + r.y) + (r.z + r.w);
+    return make_uint4(__float_as_uint(r.x), __float_as_uint(r.y), __float_as_uint(r.z), __float_as_uint(r.w));
+  };
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 a[4], b[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a[k] = x[i + k * stride], b[k] = dy[i + k * stride];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) dx[i + k * stride] = mul(a[k], b[k]);
+  }
+  for (; i < n; i += stride) dx[i] = mul(x[i], dy[i]);
+  if constexpr (S != Sums::kNone) {
+    // The block's part: its threads' sums, coalesced stores.
+    __shared__ float sums[kThreads];
+    sums[threadIdx.x] = acc;
+    __syncthreads();
+    for (int c = int(threadIdx.x); c < width; c += kThreads) parts[size_t(blockIdx.x) * width + c] = sums[c % kThreads];
+  }
+  if constexpr (S == Sums::kTicket) {
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();  // the block's part, before its ticket
+      last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // every part, after the last ticket
+    for (int tile = 0; tile * kTile < width; ++tile) add_up(parts, int(gridDim.x), width, tile, out);
+    if (threadIdx.x == 0) *ticket = 0;  // for the next launch
+  }
+}
+
+// Block x adds up tile x of `count` parts, after waiting for the previous
+// kernel (a no-op unless started by a dependent launch; those need sm_90).
+__global__ void __launch_bounds__(kThreads) finalize(const float *parts, int count, int width, float *out) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  add_up(parts, count, width, int(blockIdx.x), out);
+}
+
+void launch_finalize(bool dependent, const float *parts, int count, int width, float *out) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned((width + kTile - 1) / kTile)), cfg.blockDim = dim3(kThreads), cfg.stream = g_stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = dependent ? &attr : nullptr, cfg.numAttrs = dependent ? 1 : 0;
+  CUDA_OK(cudaLaunchKernelEx(&cfg, finalize, parts, count, width, out));
+}
+
+struct Case {
+  const char *name;
+  int64_t rows, cols, element_bytes;
+};
+
+}  // namespace
+
+// xvk-grid-round-trip [--reps N] [--case NAME]: NAME as printed (say "8192 x 768 fp16"), for one case alone
+// (under ncu, say).
+int main(int argc, char **argv) {
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      g_reps = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: xvk-grid-round-trip [--reps N] [--case NAME]\n");
+      return 2;
+    }
+  }
+  init();
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs; median of %d launches, L2 flushed before each (bench::time_us)\n", prop.name,
+              prop.multiProcessorCount, g_reps);
+  const Case cases[] = {{"49152 x 32 fp16", 49152, 32, 2},   {"49152 x 64 fp16", 49152, 64, 2},
+                        {"49152 x 128 fp16", 49152, 128, 2}, {"8192 x 768 fp16", 8192, 768, 2},
+                        {"8192 x 1024 fp16", 8192, 1024, 2}, {"49152 x 32 fp32", 49152, 32, 4},
+                        {"49152 x 64 fp32", 49152, 64, 4},   {"8192 x 768 fp32", 8192, 768, 4}};
+  Buffer counter(256);
+  CUDA_OK(cudaMemsetAsync(counter.p, 0, 256, g_stream));
+  auto *ticket = static_cast<unsigned *>(counter.p);
+  for (const Case &c : cases) {
+    for (int per_sm = 1; per_sm <= 2; ++per_sm) {  // one part per SM, then two (the tuned norm backwards' b2)
+      if (!only.empty() && only != c.name) continue;
+      const size_t tensor_bytes = size_t(c.rows * c.cols * c.element_bytes), n = tensor_bytes / 16;
+      const int blocks = prop.multiProcessorCount * per_sm, width = int(2 * c.cols);
+      Buffer x(tensor_bytes), dy(tensor_bytes), dx(tensor_bytes), parts(size_t(blocks) * width * 4), out(size_t(width) * 4);
+      fill(x.p, 0, tensor_bytes / 4, 1, 1.0f, 0.5f);
+      fill(dy.p, 0, tensor_bytes / 4, 2, 0.0f, 1.0f);
+      const auto *xv = static_cast<const uint4 *>(x.p), *dyv = static_cast<const uint4 *>(dy.p);
+      auto *dxv = static_cast<uint4 *>(dx.p);
+      auto *pp = static_cast<float *>(parts.p), *op = static_cast<float *>(out.p);
+      const Ceiling ceiling = copy_ceiling(3 * tensor_bytes);
+      const double rows = time_us([&] {
+        backward_like<Sums::kNone, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
+      });
+      const double written = time_us([&] {
+        backward_like<Sums::kPart, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
+      });
+      const double pdl = time_us([&] {
+        backward_like<Sums::kPart, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
+        launch_finalize(true, pp, blocks, width, op);
+      });
+      const double pdl_early = time_us([&] {
+        backward_like<Sums::kPart, true><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
+        launch_finalize(true, pp, blocks, width, op);
+      });
+      const double plain = time_us([&] {
+        backward_like<Sums::kPart, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
+        launch_finalize(false, pp, blocks, width, op);
+      });
+      const double tickets = time_us([&] {
+        backward_like<Sums::kTicket, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
+      });
+      const double copy = ceiling.best();
+      std::printf("\n%s: 3 x %.2f MB, %d parts of %d floats\n", c.name, tensor_bytes / 1e6, blocks, width);
+      std::printf("  copy of the same bytes (ceiling)       %7.2f us   1.25x: %.2f us\n", copy, 1.25 * copy);
+      auto row = [&](const char *what, double us) {
+        std::printf("  %-38s %7.2f us  %5.3fx copy  +%5.2f us over the rows alone\n", what, us, us / copy, us - rows);
+      };
+      row("rows alone (x, dy in; dx out)", rows);
+      row("+ parts written, no finalize", written);
+      row("+ parts, finalize by dependent launch", pdl);
+      row("  the same, launch allowed at start", pdl_early);
+      row("+ parts, finalize by plain launch", plain);
+      row("+ parts, last block after a ticket", tickets);  // a tile after the other
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
