@@ -1113,10 +1113,17 @@ __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
   if (!last) return;
   __threadfence();  // every slice's sums, after the last ticket
   if (y == 0 && in) {
+    // In slice order, loaded kFinalizeInFlight slices at a time.
     g = b = 0.0f;
-    for (unsigned slice = 0; slice < gridDim.y; ++slice) {
-      const float *theirs = slice_sums + int64_t(slice) * 2 * a.cols + col;
-      g += theirs[0], b += theirs[a.cols];
+    for (unsigned s0 = 0; s0 < gridDim.y; s0 += kFinalizeInFlight) {
+      float vg[kFinalizeInFlight], vb[kFinalizeInFlight];
+#pragma unroll
+      for (int k = 0; k < kFinalizeInFlight; ++k) {
+        const float *theirs = slice_sums + int64_t(s0 + k) * 2 * a.cols + col;
+        vg[k] = s0 + k < gridDim.y ? theirs[0] : 0.0f, vb[k] = s0 + k < gridDim.y ? theirs[a.cols] : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kFinalizeInFlight; ++k) g += vg[k], b += vb[k];
     }
     store_param_grads(a, col, g, b);
   }
@@ -1161,16 +1168,21 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
 }
 
 // How norm_backward_finalize splits the parts: a tile of kFinalizeTileCols
-// columns per block, lanes enough for one round of loads each (up to 32 lanes), and
-// slices of the parts only when that leaves more than two rounds per lane.
+// columns per block, lanes enough for one round of loads each (up to 32
+// lanes), and slices of the parts where that leaves more than two rounds per
+// lane, or where the tiles leave SMs idle (down to two parts a lane): one
+// block reads at one SM's share of the L2's bandwidth, and a tile of 264
+// parts is 67 KB.
 struct FinalizeGrid {
   int lanes = 1;
   int64_t tiles = 0, slices = 0;
   FinalizeGrid() = default;
-  FinalizeGrid(int64_t parts, int64_t cols) {
+  FinalizeGrid(int64_t parts, int64_t cols, int sm_count) {
     tiles = ceil_div(cols, kFinalizeTileCols);
     while (lanes < kFinalizeMaxLanes && int64_t(lanes) * kFinalizeInFlight < parts) lanes *= 2;
     slices = std::max<int64_t>(1, ceil_div(parts, int64_t(2) * kFinalizeInFlight * lanes));
+    const int64_t spread = std::max<int64_t>(1, sm_count / tiles);
+    slices = std::max(slices, std::min(spread, ceil_div(parts, int64_t(2) * lanes)));
   }
 };
 
@@ -1190,7 +1202,7 @@ struct ParamGradScratch {
 // block when in_kernel, else norm_backward_finalize.
 xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool in_kernel, ParamGradScratch *out) {
   out->parts = parts;
-  out->grid = FinalizeGrid(parts, cols);
+  out->grid = FinalizeGrid(parts, cols, ctx.info->sm_count);
   const int64_t floats = parts * 2 * cols + std::max<int64_t>(out->grid.slices * 2 * cols, 2 * 1024);
   void *p = nullptr;
   if (ctx.workspace(size_t(floats) * sizeof(float), &p) != kSuccess) return XVK_ERROR_OUT_OF_MEMORY;
