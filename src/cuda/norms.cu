@@ -1169,10 +1169,13 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
 
 // How norm_backward_finalize splits the parts: a tile of kFinalizeTileCols
 // columns per block, lanes enough for one round of loads each (up to 32
-// lanes), and slices of the parts where that leaves more than two rounds per
-// lane, or where the tiles leave SMs idle (down to two parts a lane): one
-// block reads at one SM's share of the L2's bandwidth, and a tile of 264
-// parts is 67 KB.
+// lanes), and slices of the parts only when that leaves more than two rounds
+// per lane. Slices cost their completion tickets, about 2 us: where there are
+// slices anyway, as many as the tiles leave SMs idle (down to two parts a
+// lane), since one block reads at one SM's share of the L2's bandwidth. H100,
+// same run: fp32 8192 x 768 backward 38.14 -> 37.57 us (its slices raised to
+// 5); splitting a single slice made every such case 1.8-2.5 us slower
+// (bench/results/h100-2026-11-27-finalize-spread.txt).
 struct FinalizeGrid {
   int lanes = 1;
   int64_t tiles = 0, slices = 0;
@@ -1182,7 +1185,7 @@ struct FinalizeGrid {
     while (lanes < kFinalizeMaxLanes && int64_t(lanes) * kFinalizeInFlight < parts) lanes *= 2;
     slices = std::max<int64_t>(1, ceil_div(parts, int64_t(2) * kFinalizeInFlight * lanes));
     const int64_t spread = std::max<int64_t>(1, sm_count / tiles);
-    slices = std::max(slices, std::min(spread, ceil_div(parts, int64_t(2) * lanes)));
+    if (slices > 1) slices = std::max(slices, std::min(spread, ceil_div(parts, int64_t(2) * lanes)));
   }
 };
 
