@@ -9,11 +9,16 @@
 // multiply per element), and that kernel with a part of column sums per
 // block (2 x cols floats, as the norm backward's), added up by each of: a finalize kernel started by programmatic dependent
 // launch, the same with the dependent launch allowed at the kernel's start,
-// a plain second launch, and the kernel's last block after a ticket.
+// a plain second launch, and the kernel's last block after a ticket. Then,
+// on sm_90, the rows in 256-thread blocks (four per SM: more blocks, more
+// parts) with a part per block, or per thread block cluster of 4 or 8
+// blocks that first add up their sums through distributed shared memory.
 // Built beside xvk-tune (bench/CMakeLists.txt) as xvk-grid-round-trip.
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include <cooperative_groups.h>
 
 #include "bench_util.cuh"
 
@@ -131,6 +136,74 @@ void launch_finalize(bool dependent, const float *parts, int count, int width, f
   CUDA_OK(cudaLaunchKernelEx(&cfg, finalize, parts, count, width, out));
 }
 
+// The same data movement in 256-thread blocks, kSmallPerSm per SM: more
+// blocks, so more parts, unless a cluster of C blocks (sm_90) adds up its
+// blocks' sums through distributed shared memory first and writes one part
+// (block rank r adds up its share of the floats over ranks 0..C-1 in order).
+// kParts false: no part at all (the rows alone).
+constexpr int kSmallThreads = 256, kSmallPerSm = 4, kMaxWidth = 2048;
+
+template <int C, bool kParts>
+__global__ void __launch_bounds__(kSmallThreads)
+    small_blocks(const uint4 *__restrict__ x, const uint4 *__restrict__ dy, uint4 *__restrict__ dx, size_t n,
+                 float *parts, int width) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  float acc = 0.0f;
+  auto mul = [&](uint4 a, uint4 b) {
+    float4 r;
+    r.x = __uint_as_float(a.x) * __uint_as_float(b.x), r.y = __uint_as_float(a.y) * __uint_as_float(b.y);
+    r.z = __uint_as_float(a.z) * __uint_as_float(b.z), r.w = __uint_as_float(a.w) * __uint_as_float(b.w);
+    acc += (r.x + r.y) + (r.z + r.w);
+    return make_uint4(__float_as_uint(r.x), __float_as_uint(r.y), __float_as_uint(r.z), __float_as_uint(r.w));
+  };
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 a[4], b[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a[k] = x[i + k * stride], b[k] = dy[i + k * stride];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) dx[i + k * stride] = mul(a[k], b[k]);
+  }
+  for (; i < n; i += stride) dx[i] = mul(x[i], dy[i]);
+  if constexpr (kParts) {
+    __shared__ float sums[kSmallThreads], mine[kMaxWidth];
+    sums[threadIdx.x] = acc;
+    __syncthreads();
+    for (int c = int(threadIdx.x); c < width; c += kSmallThreads) mine[c] = sums[c % kSmallThreads];
+    if constexpr (C == 1) {
+      for (int c = int(threadIdx.x); c < width; c += kSmallThreads) parts[size_t(blockIdx.x) * width + c] = mine[c];
+    } else {
+#if __CUDA_ARCH__ >= 900
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();  // every block's sums in its shared memory
+      const int rank = int(cluster.block_rank()), share = (width + C - 1) / C;
+      const int end = min(width, (rank + 1) * share);
+      for (int c = rank * share + int(threadIdx.x); c < end; c += kSmallThreads) {
+        float t = 0.0f;
+#pragma unroll
+        for (int q = 0; q < C; ++q) t += cluster.map_shared_rank(mine, q)[c];
+        parts[size_t(blockIdx.x / C) * width + c] = t;
+      }
+      cluster.sync();  // no block leaves while another reads its shared memory
+#else
+      __trap();  // clusters need sm_90
+#endif
+    }
+  }
+}
+
+template <int C, bool kParts>
+void launch_small(int blocks, const uint4 *x, const uint4 *dy, uint4 *dx, size_t n, float *parts, int width) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(blocks)), cfg.blockDim = dim3(kSmallThreads), cfg.stream = g_stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = C, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr, cfg.numAttrs = 1;
+  CUDA_OK(cudaLaunchKernelEx(&cfg, small_blocks<C, kParts>, x, dy, dx, n, parts, width));
+}
+
 struct Case {
   const char *name;
   int64_t rows, cols, element_bytes;
@@ -138,17 +211,20 @@ struct Case {
 
 }  // namespace
 
-// xvk-grid-round-trip [--reps N] [--case NAME]: NAME as printed (say "8192 x 768 fp16"), for one case alone
-// (under ncu, say).
+// xvk-grid-round-trip [--reps N] [--case NAME] [--clusters]: NAME as printed (say "8192 x 768 fp16"), for one
+// case alone (under ncu, say); --clusters: only the 256-thread blocks' comparison (sm_90).
 int main(int argc, char **argv) {
   std::string only;
+  bool clusters_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       g_reps = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
       only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--clusters")) {
+      clusters_only = true;
     } else {
-      std::fprintf(stderr, "usage: xvk-grid-round-trip [--reps N] [--case NAME]\n");
+      std::fprintf(stderr, "usage: xvk-grid-round-trip [--reps N] [--case NAME] [--clusters]\n");
       return 2;
     }
   }
@@ -165,8 +241,8 @@ int main(int argc, char **argv) {
   CUDA_OK(cudaMemsetAsync(counter.p, 0, 256, g_stream));
   auto *ticket = static_cast<unsigned *>(counter.p);
   for (const Case &c : cases) {
-    for (int per_sm = 1; per_sm <= 2; ++per_sm) {  // one part per SM, then two (the tuned norm backwards' b2)
-      if (!only.empty() && only != c.name) continue;
+    if (!only.empty() && only != c.name) continue;
+    for (int per_sm = 1; per_sm <= 2 && !clusters_only; ++per_sm) {  // one part per SM, then two (the tuned norm backwards' b2)
       const size_t tensor_bytes = size_t(c.rows * c.cols * c.element_bytes), n = tensor_bytes / 16;
       const int blocks = prop.multiProcessorCount * per_sm, width = int(2 * c.cols);
       Buffer x(tensor_bytes), dy(tensor_bytes), dx(tensor_bytes), parts(size_t(blocks) * width * 4), out(size_t(width) * 4);
@@ -211,6 +287,40 @@ int main(int argc, char **argv) {
       row("+ parts, last block after a ticket", tickets);  // a tile after the other
       std::fflush(stdout);
     }
+    if (prop.major < 9) continue;
+    // 256-thread blocks, kSmallPerSm per SM: one part per block, or per cluster of 4 or 8 blocks.
+    const size_t tensor_bytes = size_t(c.rows * c.cols * c.element_bytes), n = tensor_bytes / 16;
+    const int blocks = prop.multiProcessorCount * kSmallPerSm, width = int(2 * c.cols);
+    Buffer x(tensor_bytes), dy(tensor_bytes), dx(tensor_bytes), parts(size_t(blocks) * width * 4), out(size_t(width) * 4);
+    fill(x.p, 0, tensor_bytes / 4, 1, 1.0f, 0.5f);
+    fill(dy.p, 0, tensor_bytes / 4, 2, 0.0f, 1.0f);
+    const auto *xv = static_cast<const uint4 *>(x.p), *dyv = static_cast<const uint4 *>(dy.p);
+    auto *dxv = static_cast<uint4 *>(dx.p);
+    auto *pp = static_cast<float *>(parts.p), *op = static_cast<float *>(out.p);
+    const double copy = copy_ceiling(3 * tensor_bytes).best();
+    const double rows = time_us([&] { launch_small<1, false>(blocks, xv, dyv, dxv, n, pp, width); });
+    const double per_block = time_us([&] {
+      launch_small<1, true>(blocks, xv, dyv, dxv, n, pp, width);
+      launch_finalize(true, pp, blocks, width, op);
+    });
+    const double cluster4 = time_us([&] {
+      launch_small<4, true>(blocks, xv, dyv, dxv, n, pp, width);
+      launch_finalize(true, pp, blocks / 4, width, op);
+    });
+    const double cluster8 = time_us([&] {
+      launch_small<8, true>(blocks, xv, dyv, dxv, n, pp, width);
+      launch_finalize(true, pp, blocks / 8, width, op);
+    });
+    std::printf("\n%s: 3 x %.2f MB, %d blocks of %d threads\n", c.name, tensor_bytes / 1e6, blocks, kSmallThreads);
+    std::printf("  copy of the same bytes (ceiling)       %7.2f us   1.25x: %.2f us\n", copy, 1.25 * copy);
+    auto row = [&](const char *what, double us) {
+      std::printf("  %-38s %7.2f us  %5.3fx copy  +%5.2f us over the rows alone\n", what, us, us / copy, us - rows);
+    };
+    row("rows alone", rows);
+    row("+ a part per block, dependent finalize", per_block);
+    row("+ a part per cluster of 4 (DSMEM)", cluster4);
+    row("+ a part per cluster of 8 (DSMEM)", cluster8);
+    std::fflush(stdout);
   }
   return 0;
 }
