@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include <cooperative_groups.h>
 
@@ -65,18 +66,9 @@ __device__ void add_up(const float *parts, int count, int width, int tile, float
 }
 
 // dx = x * dy over n 16-byte vectors (as floats), grid-stride, four vectors
-// in flight per thread as in the copy kernel. kPart and kTicket: each block also
-// writes a part of `width` floats (from its threads' sums of dx); kTicket:
-// the last block to take a ticket adds up all parts into out, a tile after
-// the other. kEarly: lets the dependent finalize launch at once
-// (griddepcontrol.launch_dependents).
-template <Sums S, bool kEarly>
-__global__ void __launch_bounds__(kThreads, 2)  // two blocks per SM fit: at most 32 registers
-    backward_like(const uint4 *__restrict__ x, const uint4 *__restrict__ dy, uint4 *__restrict__ dx, size_t n,
-                  float *parts, int width, unsigned *ticket, float *out) {
-#if __CUDA_ARCH__ >= 900
-  if constexpr (kEarly) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+// in flight per thread as in the copy kernel; returns the thread's sum of dx.
+__device__ __forceinline__ float rows_product(const uint4 *__restrict__ x, const uint4 *__restrict__ dy,
+                                              uint4 *__restrict__ dx, size_t n) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   float acc = 0.0f;
@@ -95,6 +87,22 @@ __global__ void __launch_bounds__(kThreads, 2)  // two blocks per SM fit: at mos
     for (int k = 0; k < 4; ++k) dx[i + k * stride] = mul(a[k], b[k]);
   }
   for (; i < n; i += stride) dx[i] = mul(x[i], dy[i]);
+  return acc;
+}
+
+// The rows (rows_product) in 1024-thread blocks. kPart and kTicket: each
+// block also writes a part of `width` floats (from its threads' sums of dx);
+// kTicket: the last block to take a ticket adds up all parts into out, a
+// tile after the other. kEarly: lets the dependent finalize launch at once
+// (griddepcontrol.launch_dependents).
+template <Sums S, bool kEarly>
+__global__ void __launch_bounds__(kThreads, 2)  // two blocks per SM fit: at most 32 registers
+    backward_like(const uint4 *__restrict__ x, const uint4 *__restrict__ dy, uint4 *__restrict__ dx, size_t n,
+                  float *parts, int width, unsigned *ticket, float *out) {
+#if __CUDA_ARCH__ >= 900
+  if constexpr (kEarly) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const float acc = rows_product(x, dy, dx, n);
   if constexpr (S != Sums::kNone) {
     // The block's part: its threads' sums, coalesced stores.
     __shared__ float sums[kThreads];
@@ -136,7 +144,7 @@ void launch_finalize(bool dependent, const float *parts, int count, int width, f
   CUDA_OK(cudaLaunchKernelEx(&cfg, finalize, parts, count, width, out));
 }
 
-// The same data movement in 256-thread blocks, kSmallPerSm per SM: more
+// The rows (rows_product) in 256-thread blocks, kSmallPerSm per SM: more
 // blocks, so more parts, unless a cluster of C blocks (sm_90) adds up its
 // blocks' sums through distributed shared memory first and writes one part
 // (block rank r adds up its share of the floats over ranks 0..C-1 in order).
@@ -147,24 +155,7 @@ template <int C, bool kParts>
 __global__ void __launch_bounds__(kSmallThreads)
     small_blocks(const uint4 *__restrict__ x, const uint4 *__restrict__ dy, uint4 *__restrict__ dx, size_t n,
                  float *parts, int width) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  float acc = 0.0f;
-  auto mul = [&](uint4 a, uint4 b) {
-    float4 r;
-    r.x = __uint_as_float(a.x) * __uint_as_float(b.x), r.y = __uint_as_float(a.y) * __uint_as_float(b.y);
-    r.z = __uint_as_float(a.z) * __uint_as_float(b.z), r.w = __uint_as_float(a.w) * __uint_as_float(b.w);
-    acc += (r.x + r.y) + (r.z + r.w);
-    return make_uint4(__float_as_uint(r.x), __float_as_uint(r.y), __float_as_uint(r.z), __float_as_uint(r.w));
-  };
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    uint4 a[4], b[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) a[k] = x[i + k * stride], b[k] = dy[i + k * stride];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) dx[i + k * stride] = mul(a[k], b[k]);
-  }
-  for (; i < n; i += stride) dx[i] = mul(x[i], dy[i]);
+  const float acc = rows_product(x, dy, dx, n);
   if constexpr (kParts) {
     __shared__ float sums[kSmallThreads], mine[kMaxWidth];
     sums[threadIdx.x] = acc;
@@ -209,6 +200,35 @@ struct Case {
   int64_t rows, cols, element_bytes;
 };
 
+// One case's tensors (filled), `blocks` parts of 2 * cols floats and the
+// sums' output, and its copy time.
+struct CaseData {
+  size_t tensor_bytes, n;
+  int blocks, width;
+  Buffer x, dy, dx, parts, out;
+  double copy;
+  CaseData(const Case &c, int blocks_)
+      : tensor_bytes(size_t(c.rows * c.cols * c.element_bytes)), n(tensor_bytes / 16), blocks(blocks_),
+        width(int(2 * c.cols)), x(tensor_bytes), dy(tensor_bytes), dx(tensor_bytes),
+        parts(size_t(blocks) * width * 4), out(size_t(width) * 4) {
+    fill(x.p, 0, tensor_bytes / 4, 1, 1.0f, 0.5f);
+    fill(dy.p, 0, tensor_bytes / 4, 2, 0.0f, 1.0f);
+    copy = copy_ceiling(3 * tensor_bytes).best();
+  }
+  const uint4 *xv() const { return static_cast<const uint4 *>(x.p); }
+  const uint4 *dyv() const { return static_cast<const uint4 *>(dy.p); }
+  uint4 *dxv() const { return static_cast<uint4 *>(dx.p); }
+  float *pp() const { return static_cast<float *>(parts.p); }
+  float *op() const { return static_cast<float *>(out.p); }
+  void header(const char *name, const char *what) const {
+    std::printf("\n%s: 3 x %.2f MB, %d %s\n", name, tensor_bytes / 1e6, blocks, what);
+    std::printf("  copy of the same bytes (ceiling)       %7.2f us   1.25x: %.2f us\n", copy, 1.25 * copy);
+  }
+  void row(const char *what, double us, double rows_us) const {
+    std::printf("  %-38s %7.2f us  %5.3fx copy  +%5.2f us over the rows alone\n", what, us, us / copy, us - rows_us);
+  }
+};
+
 }  // namespace
 
 // xvk-grid-round-trip [--reps N] [--case NAME] [--clusters]: NAME as printed (say "8192 x 768 fp16"), for one
@@ -243,83 +263,61 @@ int main(int argc, char **argv) {
   for (const Case &c : cases) {
     if (!only.empty() && only != c.name) continue;
     for (int per_sm = 1; per_sm <= 2 && !clusters_only; ++per_sm) {  // one part per SM, then two (the tuned norm backwards' b2)
-      const size_t tensor_bytes = size_t(c.rows * c.cols * c.element_bytes), n = tensor_bytes / 16;
-      const int blocks = prop.multiProcessorCount * per_sm, width = int(2 * c.cols);
-      Buffer x(tensor_bytes), dy(tensor_bytes), dx(tensor_bytes), parts(size_t(blocks) * width * 4), out(size_t(width) * 4);
-      fill(x.p, 0, tensor_bytes / 4, 1, 1.0f, 0.5f);
-      fill(dy.p, 0, tensor_bytes / 4, 2, 0.0f, 1.0f);
-      const auto *xv = static_cast<const uint4 *>(x.p), *dyv = static_cast<const uint4 *>(dy.p);
-      auto *dxv = static_cast<uint4 *>(dx.p);
-      auto *pp = static_cast<float *>(parts.p), *op = static_cast<float *>(out.p);
-      const Ceiling ceiling = copy_ceiling(3 * tensor_bytes);
-      const double rows = time_us([&] {
-        backward_like<Sums::kNone, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
-      });
-      const double written = time_us([&] {
-        backward_like<Sums::kPart, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
-      });
+      const CaseData d(c, prop.multiProcessorCount * per_sm);
+      auto rows_kernel = [&](auto sums, auto early) {
+        backward_like<decltype(sums)::value, decltype(early)::value><<<d.blocks, kThreads, 0, g_stream>>>(
+            d.xv(), d.dyv(), d.dxv(), d.n, d.pp(), d.width, ticket, d.op());
+      };
+      using None = std::integral_constant<Sums, Sums::kNone>;
+      using Part = std::integral_constant<Sums, Sums::kPart>;
+      using Ticket = std::integral_constant<Sums, Sums::kTicket>;
+      const std::false_type late{};
+      const std::true_type early{};
+      const double rows = time_us([&] { rows_kernel(None{}, late); });
+      const double written = time_us([&] { rows_kernel(Part{}, late); });
       const double pdl = time_us([&] {
-        backward_like<Sums::kPart, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
-        launch_finalize(true, pp, blocks, width, op);
+        rows_kernel(Part{}, late);
+        launch_finalize(true, d.pp(), d.blocks, d.width, d.op());
       });
       const double pdl_early = time_us([&] {
-        backward_like<Sums::kPart, true><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
-        launch_finalize(true, pp, blocks, width, op);
+        rows_kernel(Part{}, early);
+        launch_finalize(true, d.pp(), d.blocks, d.width, d.op());
       });
       const double plain = time_us([&] {
-        backward_like<Sums::kPart, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
-        launch_finalize(false, pp, blocks, width, op);
+        rows_kernel(Part{}, late);
+        launch_finalize(false, d.pp(), d.blocks, d.width, d.op());
       });
-      const double tickets = time_us([&] {
-        backward_like<Sums::kTicket, false><<<blocks, kThreads, 0, g_stream>>>(xv, dyv, dxv, n, pp, width, ticket, op);
-      });
-      const double copy = ceiling.best();
-      std::printf("\n%s: 3 x %.2f MB, %d parts of %d floats\n", c.name, tensor_bytes / 1e6, blocks, width);
-      std::printf("  copy of the same bytes (ceiling)       %7.2f us   1.25x: %.2f us\n", copy, 1.25 * copy);
-      auto row = [&](const char *what, double us) {
-        std::printf("  %-38s %7.2f us  %5.3fx copy  +%5.2f us over the rows alone\n", what, us, us / copy, us - rows);
-      };
-      row("rows alone (x, dy in; dx out)", rows);
-      row("+ parts written, no finalize", written);
-      row("+ parts, finalize by dependent launch", pdl);
-      row("  the same, launch allowed at start", pdl_early);
-      row("+ parts, finalize by plain launch", plain);
-      row("+ parts, last block after a ticket", tickets);  // a tile after the other
+      const double tickets = time_us([&] { rows_kernel(Ticket{}, late); });
+      char what[64];
+      std::snprintf(what, sizeof what, "parts of %d floats", d.width);
+      d.header(c.name, what);
+      d.row("rows alone (x, dy in; dx out)", rows, rows);
+      d.row("+ parts written, no finalize", written, rows);
+      d.row("+ parts, finalize by dependent launch", pdl, rows);
+      d.row("  the same, launch allowed at start", pdl_early, rows);
+      d.row("+ parts, finalize by plain launch", plain, rows);
+      d.row("+ parts, last block after a ticket", tickets, rows);  // a tile after the other
       std::fflush(stdout);
     }
     if (prop.major < 9) continue;
     // 256-thread blocks, kSmallPerSm per SM: one part per block, or per cluster of 4 or 8 blocks.
-    const size_t tensor_bytes = size_t(c.rows * c.cols * c.element_bytes), n = tensor_bytes / 16;
-    const int blocks = prop.multiProcessorCount * kSmallPerSm, width = int(2 * c.cols);
-    Buffer x(tensor_bytes), dy(tensor_bytes), dx(tensor_bytes), parts(size_t(blocks) * width * 4), out(size_t(width) * 4);
-    fill(x.p, 0, tensor_bytes / 4, 1, 1.0f, 0.5f);
-    fill(dy.p, 0, tensor_bytes / 4, 2, 0.0f, 1.0f);
-    const auto *xv = static_cast<const uint4 *>(x.p), *dyv = static_cast<const uint4 *>(dy.p);
-    auto *dxv = static_cast<uint4 *>(dx.p);
-    auto *pp = static_cast<float *>(parts.p), *op = static_cast<float *>(out.p);
-    const double copy = copy_ceiling(3 * tensor_bytes).best();
-    const double rows = time_us([&] { launch_small<1, false>(blocks, xv, dyv, dxv, n, pp, width); });
-    const double per_block = time_us([&] {
-      launch_small<1, true>(blocks, xv, dyv, dxv, n, pp, width);
-      launch_finalize(true, pp, blocks, width, op);
-    });
-    const double cluster4 = time_us([&] {
-      launch_small<4, true>(blocks, xv, dyv, dxv, n, pp, width);
-      launch_finalize(true, pp, blocks / 4, width, op);
-    });
-    const double cluster8 = time_us([&] {
-      launch_small<8, true>(blocks, xv, dyv, dxv, n, pp, width);
-      launch_finalize(true, pp, blocks / 8, width, op);
-    });
-    std::printf("\n%s: 3 x %.2f MB, %d blocks of %d threads\n", c.name, tensor_bytes / 1e6, blocks, kSmallThreads);
-    std::printf("  copy of the same bytes (ceiling)       %7.2f us   1.25x: %.2f us\n", copy, 1.25 * copy);
-    auto row = [&](const char *what, double us) {
-      std::printf("  %-38s %7.2f us  %5.3fx copy  +%5.2f us over the rows alone\n", what, us, us / copy, us - rows);
+    const CaseData d(c, prop.multiProcessorCount * kSmallPerSm);
+    auto small = [&](auto clusters, auto parts) {
+      launch_small<decltype(clusters)::value, decltype(parts)::value>(d.blocks, d.xv(), d.dyv(), d.dxv(), d.n, d.pp(),
+                                                                      d.width);
+      if constexpr (decltype(parts)::value) launch_finalize(true, d.pp(), d.blocks / decltype(clusters)::value, d.width, d.op());
     };
-    row("rows alone", rows);
-    row("+ a part per block, dependent finalize", per_block);
-    row("+ a part per cluster of 4 (DSMEM)", cluster4);
-    row("+ a part per cluster of 8 (DSMEM)", cluster8);
+    const double rows = time_us([&] { small(std::integral_constant<int, 1>{}, std::false_type{}); });
+    const double per_block = time_us([&] { small(std::integral_constant<int, 1>{}, std::true_type{}); });
+    const double cluster4 = time_us([&] { small(std::integral_constant<int, 4>{}, std::true_type{}); });
+    const double cluster8 = time_us([&] { small(std::integral_constant<int, 8>{}, std::true_type{}); });
+    char what[64];
+    std::snprintf(what, sizeof what, "blocks of %d threads", kSmallThreads);
+    d.header(c.name, what);
+    d.row("rows alone", rows, rows);
+    d.row("+ a part per block, dependent finalize", per_block, rows);
+    d.row("+ a part per cluster of 4 (DSMEM)", cluster4, rows);
+    d.row("+ a part per cluster of 8 (DSMEM)", cluster8, rows);
     std::fflush(stdout);
   }
   return 0;
