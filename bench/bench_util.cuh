@@ -126,6 +126,19 @@ struct Buffer {
 };
 
 inline int g_reps = 50;
+
+// A launch count given on a command line (`flag` names it in the message):
+// a whole number of at least 1, else the program stops. median() of no
+// launches would read past an empty vector.
+inline int parse_reps(const char *flag, const char *text) {
+  char *end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < 1 || v > 1000000) {
+    std::fprintf(stderr, "%s wants a launch count from 1 to 1000000, got '%s'\n", flag, text);
+    std::exit(2);
+  }
+  return int(v);
+}
 inline cudaStream_t g_stream = nullptr;
 inline Buffer *g_flush = nullptr;  // written before every timed launch: evicts the 50 MB L2
 inline cudaEvent_t g_start, g_stop;

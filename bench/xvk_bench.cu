@@ -512,8 +512,8 @@ int main(int argc, char **argv) {
     else if (!std::strcmp(argv[i], "--host-only")) host_only = true;
     else if (!std::strcmp(argv[i], "--no-param-grads")) g_no_param_grads = true;
     else if (!std::strcmp(argv[i], "--batch-norm")) batch_norm = true;
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--big-reps") && i + 1 < argc) big_reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = parse_reps("--reps", argv[++i]);
+    else if (!std::strcmp(argv[i], "--big-reps") && i + 1 < argc) big_reps = parse_reps("--big-reps", argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) {

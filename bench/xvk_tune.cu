@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
   g_reps = 15;
   g_warm_up_ms = 3.0;  // candidates run back to back: the clocks are up after the first
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = parse_reps("--reps", argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--op") && i + 1 < argc) {
