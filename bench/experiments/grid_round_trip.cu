@@ -160,6 +160,8 @@ __global__ void __launch_bounds__(kSmallThreads)
     __shared__ float sums[kSmallThreads], mine[kMaxWidth];
     sums[threadIdx.x] = acc;
     __syncthreads();
+    // Staged in shared memory for every C, so that the part-per-block and
+    // cluster variants differ only by the clusters' barriers and DSMEM reads.
     for (int c = int(threadIdx.x); c < width; c += kSmallThreads) mine[c] = sums[c % kSmallThreads];
     if constexpr (C == 1) {
       for (int c = int(threadIdx.x); c < width; c += kSmallThreads) parts[size_t(blockIdx.x) * width + c] = mine[c];
