@@ -198,25 +198,40 @@ struct ClusterSlice {
   __device__ __forceinline__ int col(int p, int vec) const { return begin + (p * width + lane) * vec; }
 };
 
-// Where the blocks of a cluster meet a row's sums: slot[parity][r] holds
-// block r's share (two floats) of the row of that parity.
+// Where the blocks of a cluster meet a row's sums. Row k of a cluster's
+// rows (k = 0, 1, ...) goes to slots k % 2: slot[k % 2][r] holds block r's
+// share (two floats), and arrived[k % 2] completes a phase when every
+// block's share has landed. A block stores row k's shares only after it has
+// had every share of row k - 1, which no block sends before its threads have
+// read their slots of row k - 2 (a block barrier lies between): so two sets
+// of slots are enough, and a barrier's phase k / 2 cannot complete before
+// every thread has waited out phase k / 2 - 1.
 struct RowShares {
   float2 slot[2][kMaxClusterBlocks];
+  uint64_t arrived[2];
+  // Called before a cluster barrier that every block passes before its
+  // first share.
+  __device__ __forceinline__ void init() {
+    if (threadIdx.x == 0) transaction_barrier_init(&arrived[0]), transaction_barrier_init(&arrived[1]);
+  }
+  // Sends this block's share of row k's sums (after a block-wide reduction:
+  // every thread holds `mine`) to every block of the cluster, itself
+  // included. Nothing waits here: see store_async_to_cluster_block.
+  __device__ __forceinline__ void share(const ClusterSlice &slice, unsigned k, float2 mine) {
+    const int set = int(k & 1);
+    if (threadIdx.x == 0) transaction_barrier_expect(&arrived[set], unsigned(sizeof(float2)) * slice.blocks);
+    if (int(threadIdx.x) < slice.blocks) store_async_to_cluster_block(&slot[set][slice.rank], &arrived[set], threadIdx.x, mine);
+  }
+  // Row k's sums over the whole row, once every block's share is in: added
+  // in rank order, so the same bits in every block, run to run.
+  __device__ __forceinline__ float2 total(const ClusterSlice &slice, unsigned k) {
+    const int set = int(k & 1);
+    transaction_barrier_wait(&arrived[set], (k >> 1) & 1);
+    float2 t = make_float2(0.0f, 0.0f);
+    for (int r = 0; r < slice.blocks; ++r) t.x += slot[set][r].x, t.y += slot[set][r].y;
+    return t;
+  }
 };
-
-// Sends this block's share of a row's sums to every block of the cluster
-// (after a block-wide reduction: every thread holds `mine`; the first time
-// only once all blocks of the cluster have passed a cluster barrier, so
-// that each has started) and arrives at the cluster barrier. After
-// cluster_wait() every block reads all shares from its own slots and adds
-// them in rank order: the same bits in every block, run to run. Two slots
-// by row parity make one barrier per row enough: a block writes row i's
-// slots only after the barrier of row i - 1, which no block passes before
-// it has read the slots of row i - 2.
-__device__ __forceinline__ void share_row_sums(RowShares &shares, const ClusterSlice &slice, int parity, float2 mine) {
-  if (int(threadIdx.x) < slice.blocks) store_to_cluster_block(&shares.slot[parity][slice.rank], threadIdx.x, mine);
-  cluster_arrive();
-}
 
 // A lane's share of a row loaded in two steps: first every load is issued
 // (issue_row), then the values are unpacked (unpack_row). With a use between

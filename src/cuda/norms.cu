@@ -907,21 +907,34 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
 // their dgamma and dbeta sums, in registers however wide the row, so x and
 // dy are read once and no column pass reads them again (kReread reads them
 // three times; at 32768 columns that pass alone took 35% of the time, H100).
-// The two row sums meet through share_row_sums. Lanes load their next row
+// The two row sums meet through RowShares (stores into each other's shared
+// memory, counted by a transaction barrier). Lanes load their next row
 // while they reduce the current one, and add to their dgamma and dbeta sums
-// between the barrier's two halves. partial gets one row of [2][cols] sums
-// per cluster.
+// while the other blocks' shares come in. partial gets one row of [2][cols]
+// sums per cluster.
+// A cluster barrier per row (before: arrive after sending the shares, wait
+// before reading them) made every thread's arrive wait out its own loads of
+// the next row and stores of the last (ncu, H100, LayerNorm fp16 49152 x
+// 32768: "membar" the first stall reason, DRAM at 64% of peak; now 80%, the
+// op 15-19% faster at 32768 columns:
+// bench/results/h100-2026-11-27-cluster-transaction-barriers.txt).
 // Float32 lanes also ask L2 for the row after next (prefetch_row_l2). H100,
 // same build, on against off (bench/results/h100-2026-11-26-cluster-l2-ahead.txt):
 // float32 2.3-3.2% faster at 32768 columns, 0-0.6% at 16384; 16-bit 5-9%
 // slower.
+// 16-bit lanes of one 16-byte pack are built for two blocks of 512 threads
+// per SM (64 registers): left to itself, ptxas gave the bfloat16 kernel 74
+// registers, one block per SM. The others take no minimum (0): a minimum of
+// one block raised their register counts (float32 lanes of 8 from 95 to
+// 109, 16-bit lanes of 16 from 126 to 147, one block per SM fewer).
 template <class T, int VEC, int PACKS>
-__global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
+__global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeof(T) == 2 && PACKS * VEC == 8 ? 2 : 0)
     norm_backward_cluster(const xvk_norm_backward_args a, const ParamGradSums sums_out, int slice_cols) {
   constexpr bool kAheadL2 = kL2Prefetch && sizeof(T) == 4;
   __shared__ float scratch[2][kMaxWarpsPerBlock];
   __shared__ RowShares shares;
   const ClusterSlice map(slice_cols, a.cols);
+  shares.init();
   cluster_arrive();  // see cluster_wait below
   const int end = map.end;
   const int64_t first_row = map.first_row, row_step = map.row_step;
@@ -951,10 +964,10 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
   issue(first_row);
   // No block writes into another's shared memory before every block of the
   // cluster has started (compute-sanitizer racecheck: a write to "a block
-  // that might not have entered yet").
+  // that might not have entered yet") and set up its transaction barriers.
   cluster_wait();
-  int parity = 0;
-  for (int64_t row = first_row; row < a.rows; row += row_step, parity ^= 1) {
+  unsigned k = 0;  // the row's place among this cluster's (RowShares reads its last two bits)
+  for (int64_t row = first_row; row < a.rows; row += row_step, ++k) {
     float xhat[PACKS][VEC], dy[PACKS][VEC];
     unpack_row(raw_x, xhat);
     unpack_row(raw_dy, dy);
@@ -976,7 +989,7 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
         sums[1] += dyg * xhat[p][i];
       }
     RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
-    share_row_sums(shares, map, parity, make_float2(sums[0], sums[1]));
+    shares.share(map, k, make_float2(sums[0], sums[1]));
 #pragma unroll
     for (int p = 0; p < PACKS; ++p)
 #pragma unroll
@@ -984,13 +997,8 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
         acc_g[p][i] += dy[p][i] * xhat[p][i];
         acc_b[p][i] += dy[p][i];
       }
-    cluster_wait();
-    float total[2] = {0.0f, 0.0f};
-    for (int r = 0; r < map.blocks; ++r) {
-      const float2 share = shares.slot[parity][r];
-      total[0] += share.x, total[1] += share.y;
-    }
-    const float c1 = a.rms ? 0.0f : total[0] * inv_cols, c2 = total[1] * inv_cols;
+    const float2 total = shares.total(map, k);
+    const float c1 = a.rms ? 0.0f : total.x * inv_cols, c2 = total.y * inv_cols;
     T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
@@ -1002,8 +1010,8 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC))
       store_vec<T, VEC>(dx + col, out);
     }
   }
-  // Every store into another block's shared memory came before a barrier
-  // that block has passed too, so each block may end when its own work does.
+  // Every store into a block's shared memory landed before that block's last
+  // wait returned, so each block may end when its own work does.
   if (!sums_out.partial) return;
   float *pg = sums_out.partial + first_row * 2 * a.cols, *pb = pg + a.cols;
 #pragma unroll

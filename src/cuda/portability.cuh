@@ -433,20 +433,6 @@ XVK_CLUSTER_REGISTER(cluster_block_rank, "cluster_ctarank")
 XVK_CLUSTER_REGISTER(cluster_blocks, "cluster_nctarank")
 #undef XVK_CLUSTER_REGISTER
 
-// Stores v at `local` (a __shared__ address of this kernel) in the shared
-// memory of block `rank` of this cluster: the same variable, in that block.
-__device__ __forceinline__ void store_to_cluster_block(float2 *local, unsigned rank, float2 v) {
-#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned address = unsigned(__cvta_generic_to_shared(local));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
-  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote), "f"(v.x), "f"(v.y) : "memory");
-#else
-  (void)local, (void)rank, (void)v;
-  XVK_CLUSTER_TRAP();
-#endif
-}
-
 // A barrier over every thread of the cluster, in two halves: after
 // cluster_arrive, this thread's earlier stores (to any block's shared memory)
 // are visible to the threads that return from their cluster_wait; between
@@ -463,6 +449,73 @@ __device__ __forceinline__ void cluster_wait() {
 #if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #else
+  XVK_CLUSTER_TRAP();
+#endif
+}
+
+// Transaction barriers (mbarrier) in this block's shared memory, which the
+// other blocks of the cluster complete by storing into it. Unlike the
+// cluster barrier, whose arrive releases (waits out) every earlier memory
+// access of the arriving thread, a store_async_to_cluster_block waits for
+// nothing: the rows' loads and dx stores stay in flight.
+// Sets up `bar` for one arrival per phase (the expecting thread's); before
+// another block stores into it, the cluster must pass a barrier.
+__device__ __forceinline__ void transaction_barrier_init(uint64_t *bar) {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned address = unsigned(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(address) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#else
+  (void)bar;
+  XVK_CLUSTER_TRAP();
+#endif
+}
+// The phase of `bar` now open completes once `bytes` bytes of
+// store_async_to_cluster_block have landed (before or after this call).
+__device__ __forceinline__ void transaction_barrier_expect(uint64_t *bar, unsigned bytes) {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned address = unsigned(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;" ::"r"(address), "r"(bytes) : "memory");
+#else
+  (void)bar, (void)bytes;
+  XVK_CLUSTER_TRAP();
+#endif
+}
+// Waits until the phase of `bar` with this parity (0 for its first phase,
+// 1 for its second, ...) has completed; the stores that completed it are
+// then visible to the calling thread.
+__device__ __forceinline__ void transaction_barrier_wait(uint64_t *bar, unsigned parity) {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned address = unsigned(__cvta_generic_to_shared(bar));
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n"
+        " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(address), "r"(parity)
+        : "memory");
+#else
+  (void)bar, (void)parity;
+  XVK_CLUSTER_TRAP();
+#endif
+}
+// Stores v at `local` (a __shared__ address of this kernel) in the shared
+// memory of block `rank` of this cluster (the same variable, in that block)
+// and counts its 8 bytes towards the open phase
+// of that block's `bar` (the same variable there).
+__device__ __forceinline__ void store_async_to_cluster_block(float2 *local, uint64_t *bar, unsigned rank, float2 v) {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned address = unsigned(__cvta_generic_to_shared(local)), bar_address = unsigned(__cvta_generic_to_shared(bar));
+  unsigned remote, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(bar_address), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(remote),
+               "f"(v.x), "f"(v.y), "r"(remote_bar)
+               : "memory");
+#else
+  (void)local, (void)bar, (void)rank, (void)v;
   XVK_CLUSTER_TRAP();
 #endif
 }
