@@ -12,16 +12,22 @@
 // a plain second launch, and the kernel's last block after a ticket. Then,
 // on sm_90, the rows in 256-thread blocks (four per SM: more blocks, more
 // parts) with a part per block, or per thread block cluster of 4 or 8
-// blocks that first add up their sums through distributed shared memory.
+// blocks that first add up their sums through distributed shared memory:
+// read from each other's after cluster barriers, or pushed into each
+// other's by st.async counted on transaction barriers (no fence).
 // Built beside xvk-tune (bench/CMakeLists.txt) as xvk-grid-round-trip.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <cooperative_groups.h>
 
 #include "bench_util.cuh"
+#include "cuda/portability.cuh"  // transaction barriers, store_async_to_cluster_block
 
 using namespace bench;
 
@@ -151,12 +157,46 @@ void launch_finalize(bool dependent, const float *parts, int count, int width, f
 // kParts false: no part at all (the rows alone).
 constexpr int kSmallThreads = 256, kSmallPerSm = 4, kMaxWidth = 2048;
 
-template <int C, bool kParts>
+// kPush: rank q owns columns [q * share, (q + 1) * share) of the part; each
+// block stores its values of those columns into rank q's `pushed` with
+// st.async, counted on q's transaction barrier, and q adds them up in rank
+// order once they are in. No cluster barrier after the rows (the one at the
+// start only makes sure every block has set up its barrier).
+template <int C, bool kParts, bool kPush = false>
 __global__ void __launch_bounds__(kSmallThreads)
     small_blocks(const uint4 *__restrict__ x, const uint4 *__restrict__ dy, uint4 *__restrict__ dx, size_t n,
                  float *parts, int width) {
+  __shared__ __align__(16) float pushed[kPush ? kMaxWidth : 2];  // [rank][share]
+  __shared__ uint64_t arrived;
+  if constexpr (kPush) {
+    if (threadIdx.x == 0) xvk::gpu::transaction_barrier_init(&arrived);
+    xvk::gpu::cluster_arrive();
+  }
   const float acc = rows_product(x, dy, dx, n);
-  if constexpr (kParts) {
+  if constexpr (kPush) {
+    __shared__ float sums[kSmallThreads];
+    __shared__ __align__(16) float mine[kMaxWidth];
+    sums[threadIdx.x] = acc;
+    __syncthreads();
+    for (int c = int(threadIdx.x); c < width; c += kSmallThreads) mine[c] = sums[c % kSmallThreads];
+    __syncthreads();
+    const int rank = int(xvk::gpu::cluster_block_rank()), share = ((width + C - 1) / C + 1) & ~1;
+    const int begin = rank * share, end = min(width, begin + share), own = max(0, end - begin);
+    xvk::gpu::cluster_wait();
+    if (threadIdx.x == 0) xvk::gpu::transaction_barrier_expect(&arrived, unsigned(C * own * sizeof(float)));
+    for (int c = 2 * int(threadIdx.x); c < width; c += 2 * kSmallThreads) {
+      const int q = c / share;
+      xvk::gpu::store_async_to_cluster_block(reinterpret_cast<float2 *>(&pushed[rank * share + c - q * share]),
+                                             &arrived, unsigned(q), make_float2(mine[c], mine[c + 1]));
+    }
+    xvk::gpu::transaction_barrier_wait(&arrived, 0);
+    for (int i = int(threadIdx.x); i < own; i += kSmallThreads) {
+      float t = 0.0f;
+#pragma unroll
+      for (int r = 0; r < C; ++r) t += pushed[r * share + i];
+      parts[size_t(blockIdx.x / C) * width + begin + i] = t;
+    }
+  } else if constexpr (kParts) {
     __shared__ float sums[kSmallThreads], mine[kMaxWidth];
     sums[threadIdx.x] = acc;
     __syncthreads();
@@ -186,7 +226,7 @@ __global__ void __launch_bounds__(kSmallThreads)
   }
 }
 
-template <int C, bool kParts>
+template <int C, bool kParts, bool kPush = false>
 void launch_small(int blocks, const uint4 *x, const uint4 *dy, uint4 *dx, size_t n, float *parts, int width) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(blocks)), cfg.blockDim = dim3(kSmallThreads), cfg.stream = g_stream;
@@ -194,7 +234,7 @@ void launch_small(int blocks, const uint4 *x, const uint4 *dy, uint4 *dx, size_t
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = C, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
   cfg.attrs = &attr, cfg.numAttrs = 1;
-  CUDA_OK(cudaLaunchKernelEx(&cfg, small_blocks<C, kParts>, x, dy, dx, n, parts, width));
+  CUDA_OK(cudaLaunchKernelEx(&cfg, small_blocks<C, kParts, kPush>, x, dy, dx, n, parts, width));
 }
 
 struct Case {
@@ -310,15 +350,19 @@ int main(int argc, char **argv) {
     if (prop.major < 9) continue;
     // 256-thread blocks, kSmallPerSm per SM: one part per block, or per cluster of 4 or 8 blocks.
     const CaseData d(c, prop.multiProcessorCount * kSmallPerSm);
-    auto small = [&](auto clusters, auto parts) {
-      launch_small<decltype(clusters)::value, decltype(parts)::value>(d.blocks, d.xv(), d.dyv(), d.dxv(), d.n, d.pp(),
-                                                                      d.width);
+    auto small = [&](auto clusters, auto parts, auto push) {
+      launch_small<decltype(clusters)::value, decltype(parts)::value, decltype(push)::value>(
+          d.blocks, d.xv(), d.dyv(), d.dxv(), d.n, d.pp(), d.width);
       if constexpr (decltype(parts)::value) launch_finalize(true, d.pp(), d.blocks / decltype(clusters)::value, d.width, d.op());
     };
-    const double rows = time_us([&] { small(std::integral_constant<int, 1>{}, std::false_type{}); });
-    const double per_block = time_us([&] { small(std::integral_constant<int, 1>{}, std::true_type{}); });
-    const double cluster4 = time_us([&] { small(std::integral_constant<int, 4>{}, std::true_type{}); });
-    const double cluster8 = time_us([&] { small(std::integral_constant<int, 8>{}, std::true_type{}); });
+    const std::false_type read;
+    const std::true_type pushed;
+    const double rows = time_us([&] { small(std::integral_constant<int, 1>{}, std::false_type{}, read); });
+    const double per_block = time_us([&] { small(std::integral_constant<int, 1>{}, std::true_type{}, read); });
+    const double cluster4 = time_us([&] { small(std::integral_constant<int, 4>{}, std::true_type{}, read); });
+    const double cluster8 = time_us([&] { small(std::integral_constant<int, 8>{}, std::true_type{}, read); });
+    const double pushed4 = time_us([&] { small(std::integral_constant<int, 4>{}, std::true_type{}, pushed); });
+    const double pushed8 = time_us([&] { small(std::integral_constant<int, 8>{}, std::true_type{}, pushed); });
     char what[64];
     std::snprintf(what, sizeof what, "blocks of %d threads", kSmallThreads);
     d.header(c.name, what);
@@ -326,6 +370,34 @@ int main(int argc, char **argv) {
     d.row("+ a part per block, dependent finalize", per_block, rows);
     d.row("+ a part per cluster of 4 (DSMEM)", cluster4, rows);
     d.row("+ a part per cluster of 8 (DSMEM)", cluster8, rows);
+    d.row("+ a part per cluster of 4 (pushed)", pushed4, rows);
+    d.row("+ a part per cluster of 8 (pushed)", pushed8, rows);
+    // The sums of each cluster variant against those of a part per block:
+    // other orders of addition, so differences of float rounding, measured
+    // against the largest sum (a column's sum may cancel to near 0).
+    auto sums_of = [&](auto run) {
+      CUDA_OK(cudaMemset(d.op(), 0xff, size_t(d.width) * 4));
+      run();
+      std::vector<float> v(size_t(d.width));
+      CUDA_OK(cudaMemcpy(v.data(), d.op(), v.size() * 4, cudaMemcpyDeviceToHost));
+      return v;
+    };
+    const std::vector<float> want = sums_of([&] { small(std::integral_constant<int, 1>{}, std::true_type{}, read); });
+    const std::vector<float> got[] = {sums_of([&] { small(std::integral_constant<int, 4>{}, std::true_type{}, read); }),
+                                      sums_of([&] { small(std::integral_constant<int, 8>{}, std::true_type{}, read); }),
+                                      sums_of([&] { small(std::integral_constant<int, 4>{}, std::true_type{}, pushed); }),
+                                      sums_of([&] { small(std::integral_constant<int, 8>{}, std::true_type{}, pushed); })};
+    double scale = 0.0;
+    for (float w : want) scale = std::max(scale, double(std::abs(w)));
+    std::printf("  sums against a part per block, largest difference / largest sum (DSMEM 4, 8; pushed 4, 8):");
+    bool ok = true;
+    for (const std::vector<float> &g : got) {
+      double worst = 0.0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, g[i] == g[i] ? std::abs(double(g[i]) - want[i]) : 1e30);
+      std::printf(" %.1e", worst / scale);
+      ok = ok && worst / scale < 1e-5;
+    }
+    std::printf("%s\n", ok ? "" : "  MISMATCH");
     std::fflush(stdout);
   }
   return 0;
