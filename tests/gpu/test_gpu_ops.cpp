@@ -313,6 +313,18 @@ TEST_CASE("norms: large offsets, two normalized dims, and more than 65535 rows")
   }
 }
 
+// The sm_90 table gives these shapes to the cluster backward, whose blocks
+// meet each row's sums through two transaction barriers taken in turn: with
+// some 15 rows per cluster each barrier goes through several phases (the
+// suite's other wide shapes have a row or two per cluster).
+TEST_CASE("norm backward: many rows per thread block cluster") {
+  if (kQuick) return;  // large for compute-sanitizer; test_gpu_variants covers the kernel there
+  for (bool rms : {false, true}) {
+    check_norm(rms, DType::f16, DType::f16, {1001, 16384}, 1, {}, true, false, false, 0.0, 1.0);
+    check_norm(rms, DType::bf16, DType::f32, {513, 32768}, 1, {}, true, false, false, 0.0, 1.0);
+  }
+}
+
 TEST_CASE("softmax: more than 65535 rows, NaN rows, fully masked rows") {
   for (DType t : {DType::f32, DType::bf16}) {
     const std::vector<int64_t> shape = {70001, 24};
