@@ -20,6 +20,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <iterator>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -173,37 +175,34 @@ __global__ void __launch_bounds__(kSmallThreads)
     xvk::gpu::cluster_arrive();
   }
   const float acc = rows_product(x, dy, dx, n);
-  if constexpr (kPush) {
+  if constexpr (kParts) {
+    // Staged in shared memory for every variant, so that they differ only by
+    // how the clusters' blocks meet (no cluster, barriers and DSMEM reads, or
+    // pushes).
     __shared__ float sums[kSmallThreads];
     __shared__ __align__(16) float mine[kMaxWidth];
     sums[threadIdx.x] = acc;
     __syncthreads();
     for (int c = int(threadIdx.x); c < width; c += kSmallThreads) mine[c] = sums[c % kSmallThreads];
-    __syncthreads();
-    const int rank = int(xvk::gpu::cluster_block_rank()), share = ((width + C - 1) / C + 1) & ~1;
-    const int begin = rank * share, end = min(width, begin + share), own = max(0, end - begin);
-    xvk::gpu::cluster_wait();
-    if (threadIdx.x == 0) xvk::gpu::transaction_barrier_expect(&arrived, unsigned(C * own * sizeof(float)));
-    for (int c = 2 * int(threadIdx.x); c < width; c += 2 * kSmallThreads) {
-      const int q = c / share;
-      xvk::gpu::store_async_to_cluster_block(reinterpret_cast<float2 *>(&pushed[rank * share + c - q * share]),
-                                             &arrived, unsigned(q), make_float2(mine[c], mine[c + 1]));
-    }
-    xvk::gpu::transaction_barrier_wait(&arrived, 0);
-    for (int i = int(threadIdx.x); i < own; i += kSmallThreads) {
-      float t = 0.0f;
+    if constexpr (kPush) {
+      __syncthreads();
+      const int rank = int(xvk::gpu::cluster_block_rank()), share = ((width + C - 1) / C + 1) & ~1;
+      const int begin = rank * share, end = min(width, begin + share), own = max(0, end - begin);
+      xvk::gpu::cluster_wait();
+      if (threadIdx.x == 0) xvk::gpu::transaction_barrier_expect(&arrived, unsigned(C * own * sizeof(float)));
+      for (int c = 2 * int(threadIdx.x); c < width; c += 2 * kSmallThreads) {
+        const int q = c / share;
+        xvk::gpu::store_async_to_cluster_block(reinterpret_cast<float2 *>(&pushed[rank * share + c - q * share]),
+                                               &arrived, unsigned(q), make_float2(mine[c], mine[c + 1]));
+      }
+      xvk::gpu::transaction_barrier_wait(&arrived, 0);
+      for (int i = int(threadIdx.x); i < own; i += kSmallThreads) {
+        float t = 0.0f;
 #pragma unroll
-      for (int r = 0; r < C; ++r) t += pushed[r * share + i];
-      parts[size_t(blockIdx.x / C) * width + begin + i] = t;
-    }
-  } else if constexpr (kParts) {
-    __shared__ float sums[kSmallThreads], mine[kMaxWidth];
-    sums[threadIdx.x] = acc;
-    __syncthreads();
-    // Staged in shared memory for every C, so that the part-per-block and
-    // cluster variants differ only by the clusters' barriers and DSMEM reads.
-    for (int c = int(threadIdx.x); c < width; c += kSmallThreads) mine[c] = sums[c % kSmallThreads];
-    if constexpr (C == 1) {
+        for (int r = 0; r < C; ++r) t += pushed[r * share + i];
+        parts[size_t(blockIdx.x / C) * width + begin + i] = t;
+      }
+    } else if constexpr (C == 1) {
       for (int c = int(threadIdx.x); c < width; c += kSmallThreads) parts[size_t(blockIdx.x) * width + c] = mine[c];
     } else {
 #if __CUDA_ARCH__ >= 900
@@ -355,43 +354,45 @@ int main(int argc, char **argv) {
           d.blocks, d.xv(), d.dyv(), d.dxv(), d.n, d.pp(), d.width);
       if constexpr (decltype(parts)::value) launch_finalize(true, d.pp(), d.blocks / decltype(clusters)::value, d.width, d.op());
     };
-    const std::false_type read;
-    const std::true_type pushed;
-    const double rows = time_us([&] { small(std::integral_constant<int, 1>{}, std::false_type{}, read); });
-    const double per_block = time_us([&] { small(std::integral_constant<int, 1>{}, std::true_type{}, read); });
-    const double cluster4 = time_us([&] { small(std::integral_constant<int, 4>{}, std::true_type{}, read); });
-    const double cluster8 = time_us([&] { small(std::integral_constant<int, 8>{}, std::true_type{}, read); });
-    const double pushed4 = time_us([&] { small(std::integral_constant<int, 4>{}, std::true_type{}, pushed); });
-    const double pushed8 = time_us([&] { small(std::integral_constant<int, 8>{}, std::true_type{}, pushed); });
+    using One = std::integral_constant<int, 1>;
+    using Four = std::integral_constant<int, 4>;
+    using Eight = std::integral_constant<int, 8>;
+    const std::false_type no_parts, read;
+    const std::true_type with_parts, pushed;
+    const double rows = time_us([&] { small(One{}, no_parts, read); });
+    // The first is the reference for the others' sums.
+    const struct {
+      const char *name;
+      std::function<void()> run;
+    } ways[] = {{"+ a part per block, dependent finalize", [&] { small(One{}, with_parts, read); }},
+                {"+ a part per cluster of 4 (DSMEM)", [&] { small(Four{}, with_parts, read); }},
+                {"+ a part per cluster of 8 (DSMEM)", [&] { small(Eight{}, with_parts, read); }},
+                {"+ a part per cluster of 4 (pushed)", [&] { small(Four{}, with_parts, pushed); }},
+                {"+ a part per cluster of 8 (pushed)", [&] { small(Eight{}, with_parts, pushed); }}};
+    std::vector<double> us;
+    for (const auto &way : ways) us.push_back(time_us(way.run));
     char what[64];
     std::snprintf(what, sizeof what, "blocks of %d threads", kSmallThreads);
     d.header(c.name, what);
     d.row("rows alone", rows, rows);
-    d.row("+ a part per block, dependent finalize", per_block, rows);
-    d.row("+ a part per cluster of 4 (DSMEM)", cluster4, rows);
-    d.row("+ a part per cluster of 8 (DSMEM)", cluster8, rows);
-    d.row("+ a part per cluster of 4 (pushed)", pushed4, rows);
-    d.row("+ a part per cluster of 8 (pushed)", pushed8, rows);
+    for (size_t w = 0; w < std::size(ways); ++w) d.row(ways[w].name, us[w], rows);
     // The sums of each cluster variant against those of a part per block:
     // other orders of addition, so differences of float rounding, measured
     // against the largest sum (a column's sum may cancel to near 0).
-    auto sums_of = [&](auto run) {
+    auto sums_of = [&](const std::function<void()> &run) {
       CUDA_OK(cudaMemset(d.op(), 0xff, size_t(d.width) * 4));
       run();
       std::vector<float> v(size_t(d.width));
       CUDA_OK(cudaMemcpy(v.data(), d.op(), v.size() * 4, cudaMemcpyDeviceToHost));
       return v;
     };
-    const std::vector<float> want = sums_of([&] { small(std::integral_constant<int, 1>{}, std::true_type{}, read); });
-    const std::vector<float> got[] = {sums_of([&] { small(std::integral_constant<int, 4>{}, std::true_type{}, read); }),
-                                      sums_of([&] { small(std::integral_constant<int, 8>{}, std::true_type{}, read); }),
-                                      sums_of([&] { small(std::integral_constant<int, 4>{}, std::true_type{}, pushed); }),
-                                      sums_of([&] { small(std::integral_constant<int, 8>{}, std::true_type{}, pushed); })};
+    const std::vector<float> want = sums_of(ways[0].run);
     double scale = 0.0;
     for (float w : want) scale = std::max(scale, double(std::abs(w)));
     std::printf("  sums against a part per block, largest difference / largest sum (DSMEM 4, 8; pushed 4, 8):");
     bool ok = true;
-    for (const std::vector<float> &g : got) {
+    for (size_t w = 1; w < std::size(ways); ++w) {
+      const std::vector<float> g = sums_of(ways[w].run);
       double worst = 0.0;
       for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, g[i] == g[i] ? std::abs(double(g[i]) - want[i]) : 1e30);
       std::printf(" %.1e", worst / scale);
