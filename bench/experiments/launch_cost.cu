@@ -22,15 +22,18 @@ using namespace bench;
 
 namespace {
 
-#define CU_OK(call)                                                          \
-  do {                                                                       \
-    CUresult r_ = (call);                                                    \
-    if (r_ != CUDA_SUCCESS) {                                                \
-      const char *s_ = nullptr;                                              \
-      cuGetErrorString(r_, &s_);                                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, s_); \
-      std::exit(2);                                                          \
-    }                                                                        \
+// The driver's cuLaunchKernel, found through the runtime (which loads the
+// driver itself), so that the program starts, and rejects its arguments, on
+// a machine without one.
+using LaunchKernelFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void **, void **);
+#define CU_OK(call)                                                                       \
+  do {                                                                                    \
+    const CUresult r_ = (call);                                                           \
+    if (r_ != CUDA_SUCCESS) {                                                             \
+      std::fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #call, int(r_)); \
+      std::exit(2);                                                                       \
+    }                                                                                     \
   } while (0)
 
 __global__ void empty_big(xvk_softmax_forward_args) {}
@@ -44,7 +47,12 @@ struct Way {
 
 }  // namespace
 
-int main() {
+// xvk-launch-cost takes no arguments.
+int main(int argc, char **argv) {
+  if (argc > 1) {
+    std::fprintf(stderr, "usage: xvk-launch-cost (no arguments), got '%s'\n", argv[1]);
+    return 2;
+  }
   init();
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -56,6 +64,14 @@ int main() {
   CUDA_OK(cudaGetFuncBySymbol(reinterpret_cast<cudaFunction_t *>(&big_fn), reinterpret_cast<const void *>(empty_big)));
   CUDA_OK(cudaGetFuncBySymbol(reinterpret_cast<cudaFunction_t *>(&small_fn), reinterpret_cast<const void *>(empty_small)));
   const CUstream stream = reinterpret_cast<CUstream>(g_stream);
+  void *entry = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  CUDA_OK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &entry, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || !entry) {
+    std::fprintf(stderr, "xvk-launch-cost: the driver has no cuLaunchKernel\n");
+    return 2;
+  }
+  const auto cuLaunchKernel = reinterpret_cast<LaunchKernelFn>(entry);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(1), cfg.blockDim = dim3(32), cfg.stream = g_stream;
   cudaLaunchAttribute pdl{};
