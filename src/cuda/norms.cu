@@ -145,6 +145,20 @@ inline constexpr bool kCacheAffine = PACKS * VEC <= 8;
 template <class T, int PACKS, int VEC>
 inline constexpr bool kCacheForwardAffine = kCacheAffine<PACKS, VEC> && !(sizeof(T) == 2 && VEC > 1);
 
+// The forward's 16-bit groups of lanes holding 16 elements or more of a row
+// per lane hold them as loaded (packs of halves, half the registers of
+// floats) and convert them again at each of the three passes (ptxas then
+// keeps few floats alive): as floats, 32 elements a lane took 64 registers
+// and spilled 76-116 bytes (ptxas, sm_90; none now). H100, same run, best of
+// two, in two runs: LayerNorm/RMSNorm fp16/bf16 8192 x 1024 0.9-1.6%
+// faster, 49152 x 512/768/1024 within +-0.6%. Not the block kernels (a
+// table run put LayerNorm 16-bit 49152 x 32768 3-5% slower with them held).
+// Tried and not kept: the same in the backward (x and dy held; 1-2% slower
+// at 8192 x 1024) and in softmax's forward (which takes the exponentials
+// again: up to 6% slower at 49152 x 512).
+template <class T, int VEC, int PACKS, int G>
+inline constexpr bool kHoldForwardPacks = sizeof(T) == 2 && VEC % 2 == 0 && G > 0 && PACKS * VEC >= 16;
+
 // kAhead (kHasL2RowAhead shapes, a row per block): each block asks L2 for
 // its next row once the current row's loads are done.
 template <class T, int VEC, int PACKS, int G, int ROWS, bool kAhead = false>
@@ -152,6 +166,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheForwardAffine<T, PACKS, VEC>;
+  constexpr bool kHoldPacks = kHoldForwardPacks<T, VEC, PACKS, G>;
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   float g[kCache ? PACKS : 1][VEC], b[kCache ? PACKS : 1][VEC];
@@ -174,8 +189,17 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
     constexpr bool kFull = decltype(full_tag)::value;
     constexpr AffineForm kForm = decltype(form_tag)::value;
     for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
-      // h holds x (+ residual) - shift; mean and var are those of h.
-      float h[ROWS][PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
+      // h holds x (+ residual) - shift, or with kHoldPacks `held` holds
+      // x (+ residual) as loaded, and centred() converts it at each use;
+      // mean and var are those of x (+ residual) - shift.
+      float h[kHoldPacks ? 1 : ROWS][kHoldPacks ? 1 : PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
+      Pack<T, VEC> held[kHoldPacks ? ROWS : 1][kHoldPacks ? PACKS : 1];
+      auto centred = [&](int r, int p, int i) {
+        if constexpr (kHoldPacks)
+          return element(held[r][p], i) - shift[r];
+        else
+          return h[r][p][i];
+      };
       {
         Pack<T, VEC> raw[ROWS][PACKS];
 #pragma unroll
@@ -185,8 +209,15 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
         }
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) unpack_row(raw[r], h[r]);
-        if (a.residual.data) {  // h = x + residual, rounded to T as residual_out holds it
+        for (int r = 0; r < ROWS; ++r) {
+          if constexpr (kHoldPacks) {
+#pragma unroll
+            for (int p = 0; p < PACKS; ++p) held[r][p] = raw[r][p];
+          } else {
+            unpack_row(raw[r], h[r]);
+          }
+        }
+        if (a.residual.data) {  // x + residual, rounded to T as residual_out holds it
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) {
             const int64_t row = base + map.offset + r;
@@ -196,11 +227,22 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) {
             const int64_t row = base + map.offset + r;
-            float res[PACKS][VEC];
-            unpack_row(raw[r], res);
+            if constexpr (kHoldPacks) {
 #pragma unroll
-            for (int p = 0; p < PACKS; ++p)
-              if (row < a.rows && map.col(p, VEC) < a.cols) add_residual<T, VEC>(a, row, map.col(p, VEC), h[r][p], res[p]);
+              for (int p = 0; p < PACKS; ++p) {
+                float sum[VEC], res[VEC];
+                unpack(held[r][p], sum);
+                unpack(raw[r][p], res);
+                if (row < a.rows && map.col(p, VEC) < a.cols) add_residual<T, VEC>(a, row, map.col(p, VEC), sum, res);
+                held[r][p] = to_pack<T, VEC>(sum);  // exact: the sum is rounded to T
+              }
+            } else {
+              float res[PACKS][VEC];
+              unpack_row(raw[r], res);
+#pragma unroll
+              for (int p = 0; p < PACKS; ++p)
+                if (row < a.rows && map.col(p, VEC) < a.cols) add_residual<T, VEC>(a, row, map.col(p, VEC), h[r][p], res[p]);
+            }
           }
         }
       }
@@ -213,8 +255,12 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           const bool in = kFull || (row < a.rows && map.col(p, VEC) < a.cols);
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            h[r][p][i] = in ? h[r][p][i] - shift[r] : 0.0f;
-            mean[r] += h[r][p][i];
+            if constexpr (kHoldPacks) {
+              mean[r] += in ? centred(r, p, i) : 0.0f;
+            } else {
+              h[r][p][i] = in ? h[r][p][i] - shift[r] : 0.0f;
+              mean[r] += h[r][p][i];
+            }
           }
         }
       }
@@ -245,7 +291,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
         for (int p = 0; p < PACKS; ++p)
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            const float d = kFull || map.col(p, VEC) < a.cols ? h[r][p][i] - mean[r] : 0.0f;
+            const float d = kFull || map.col(p, VEC) < a.cols ? centred(r, p, i) - mean[r] : 0.0f;
             var[r] += d * d;
           }
       }
@@ -262,7 +308,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           if (!kFull && col >= a.cols) continue;
           float n[VEC], out[VEC];
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) n[i] = (h[r][p][i] - mean[r]) * rstd;
+          for (int i = 0; i < VEC; ++i) n[i] = (centred(r, p, i) - mean[r]) * rstd;
           if constexpr (kCache) {
 #pragma unroll
             for (int i = 0; i < VEC; ++i) out[i] = n[i] * g[p][i] + b[p][i];
