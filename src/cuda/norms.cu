@@ -150,9 +150,10 @@ inline constexpr bool kCacheForwardAffine = kCacheAffine<PACKS, VEC> && !(sizeof
 // floats) and convert them again at each of the three passes (ptxas then
 // keeps few floats alive): as floats, 32 elements a lane took 64 registers
 // and spilled 76-116 bytes (ptxas, sm_90; none now). H100, same run, best of
-// two, in two runs: LayerNorm/RMSNorm fp16/bf16 8192 x 1024 0.9-1.6%
-// faster, 49152 x 512/768/1024 within +-0.6%. Not the block kernels (a
-// table run put LayerNorm 16-bit 49152 x 32768 3-5% slower with them held).
+// two, three runs: LayerNorm/RMSNorm fp16/bf16 8192 x 1024 0.9-3.1%
+// faster, 49152 x 512/768/1024 within +-0.6%. Not the block kernels: with
+// theirs held too, a table run had LayerNorm 16-bit 49152 x 32768 3-5%
+// slower than the table before (not tried A/B; left as they were).
 // Tried and not kept: the same in the backward (x and dy held; 1-2% slower
 // at 8192 x 1024) and in softmax's forward (which takes the exponentials
 // again: up to 6% slower at 49152 x 512).
