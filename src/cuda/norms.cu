@@ -13,8 +13,9 @@
 // variants) or row chunk (reread) writes its partial sums, which are added
 // in a fixed order (by the kernel's last block when they are few, else by
 // a finalize kernel), so results are bitwise reproducible.
-// The backward register kernels load their next rows while working on the
-// current ones where registers allow (kPrefetch).
+// The register kernels load their next rows while working on the current
+// ones where registers allow (kPrefetch: the backward's lanes of up to 32
+// elements, the forward's group lanes of up to 16).
 #include <algorithm>
 
 #include "cuda/common.cuh"
@@ -186,9 +187,33 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   // (sm_90).
   constexpr bool kVersionFull = PACKS * VEC * ROWS <= 24;
   const bool full = int64_t(PACKS) * map.width * VEC == a.cols;
+  // Group lanes of up to 16 elements issue their next rows' loads of x (and
+  // the rows' shifts) as soon as the current rows' are in registers, so that
+  // they are in flight through the reductions and the stores (a persistent
+  // grid; on a grid covering the rows the next rows are past the end and
+  // nothing is loaded). H100, same run, best of two, against main (this
+  // op's table rows re-tuned on these kernels, where the tuner now takes
+  // persistent grids): LayerNorm/RMSNorm 16-bit 49152 x 64 5-7% faster,
+  // x 128 3-4%, 8192 x 512 9-12% (fp32 8%); the other small shapes within
+  // -2..+4% (bench/results/h100-2026-11-28-norm-forward-prefetch.txt).
+  // Tried and not kept there: the same in softmax's forward (-6..+4%, as
+  // much as its configurations without the prefetch moved; its re-tuned
+  // table ran slower).
+  constexpr bool kPrefetch = G > 0 && PACKS * VEC * ROWS <= 16;
   auto rows_loop = [&](auto full_tag, auto form_tag) {
     constexpr bool kFull = decltype(full_tag)::value;
     constexpr AffineForm kForm = decltype(form_tag)::value;
+    Pack<T, VEC> ahead[kPrefetch ? ROWS : 1][PACKS];
+    float ahead_shift[ROWS];
+    auto issue = [&](int64_t base, Pack<T, VEC> (&raw)[kPrefetch ? ROWS : 1][PACKS], float (&shift)[ROWS]) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int64_t row = base + map.offset + r;
+        shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+        issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
+      }
+    };
+    if constexpr (kPrefetch) issue(map.first_warp_row, ahead, ahead_shift);
     for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
       // h holds x (+ residual) - shift, or with kHoldPacks `held` holds
       // x (+ residual) as loaded, and centred() converts it at each use;
@@ -203,11 +228,20 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       };
       {
         Pack<T, VEC> raw[ROWS][PACKS];
+        if constexpr (kPrefetch) {
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          const int64_t row = base + map.offset + r;
-          shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
-          issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
+          for (int r = 0; r < ROWS; ++r) {
+            shift[r] = ahead_shift[r];
+#pragma unroll
+            for (int p = 0; p < PACKS; ++p) raw[r][p] = ahead[r][p];
+          }
+        } else {  // as issue() does (written out: through it the float32 kernels compiled differently)
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) {
+            const int64_t row = base + map.offset + r;
+            shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+            issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
+          }
         }
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
@@ -247,6 +281,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           }
         }
       }
+      if constexpr (kPrefetch) issue(base + map.row_step, ahead, ahead_shift);  // the rows are in h or held now
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const int64_t row = base + map.offset + r;
