@@ -203,8 +203,8 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   auto rows_loop = [&](auto full_tag, auto form_tag) {
     constexpr bool kFull = decltype(full_tag)::value;
     constexpr AffineForm kForm = decltype(form_tag)::value;
-    Pack<T, VEC> ahead[kPrefetch ? ROWS : 1][PACKS];
-    float ahead_shift[ROWS];
+    [[maybe_unused]] Pack<T, VEC> ahead[kPrefetch ? ROWS : 1][PACKS];
+    [[maybe_unused]] float ahead_shift[ROWS];
     auto issue = [&](int64_t base, Pack<T, VEC> (&raw)[kPrefetch ? ROWS : 1][PACKS], float (&shift)[ROWS]) {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
@@ -218,14 +218,12 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       // h holds x (+ residual) - shift, or with kHoldPacks `held` holds
       // x (+ residual) as loaded, and centred() converts it at each use;
       // mean and var are those of x (+ residual) - shift.
-      float h[kHoldPacks ? 1 : ROWS][kHoldPacks ? 1 : PACKS][VEC], shift[ROWS], mean[ROWS], var[ROWS];
-      Pack<T, VEC> held[kHoldPacks ? ROWS : 1][kHoldPacks ? PACKS : 1];
-      auto centred = [&](int r, int p, int i) {
-        if constexpr (kHoldPacks)
-          return element(held[r][p], i) - shift[r];
-        else
-          return h[r][p][i];
-      };
+      // (h starts zeroed, and the array an instantiation leaves alone is
+      // marked maybe-unused, only for nvcc's front end, which took
+      // centred()'s capture of it for a use before it is set.)
+      [[maybe_unused]] float h[kHoldPacks ? 1 : ROWS][kHoldPacks ? 1 : PACKS][VEC] = {};
+      [[maybe_unused]] Pack<T, VEC> held[kHoldPacks ? ROWS : 1][kHoldPacks ? PACKS : 1];
+      float shift[ROWS], mean[ROWS], var[ROWS];
       {
         Pack<T, VEC> raw[ROWS][PACKS];
         if constexpr (kPrefetch) {
@@ -282,6 +280,12 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
         }
       }
       if constexpr (kPrefetch) issue(base + map.row_step, ahead, ahead_shift);  // the rows are in h or held now
+      auto centred = [&](int r, int p, int i) {
+        if constexpr (kHoldPacks)
+          return element(held[r][p], i) - shift[r];
+        else
+          return h[r][p][i];
+      };
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const int64_t row = base + map.offset + r;
