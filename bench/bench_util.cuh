@@ -39,14 +39,24 @@ namespace bench {
 // launched with a block per 4 * 256 vectors (one trip through the loop).
 // That grid copies 3-6% faster on the H200 than a persistent one of 8
 // blocks per SM looping over the data, whose last trip leaves SMs idle.
+// The four accesses are predicated, so that every thread makes that one trip
+// also when n is not a multiple of the grid: a scalar loop for the remainder
+// (this kernel until 2026-11-28) had the last blocks' threads make three
+// round trips, 0.8-1.1 us on sizes a little over a whole 16 KiB (H200,
+// bench/results/h200-2026-11-28-copy-sizes.txt), which made the ceiling of
+// the norms' cases (x, y and a few hundred bytes of gamma and statistics)
+// that much more lenient than that of softmax on the same rows.
 __global__ void __launch_bounds__(256) copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
-    dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i + u * stride < n) v[u] = src[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i + u * stride < n) dst[i + u * stride] = v[u];
   }
-  for (; i < n; i += stride) dst[i] = src[i];
 }
 
 // Deterministic pseudo-random fill (never zeros), in place on the device.
