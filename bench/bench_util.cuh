@@ -77,7 +77,13 @@ __global__ void fill_kernel(T *p, size_t n, uint32_t seed, float mean, float sd)
 // (H100, bench/experiments/timing_setup.cu: with 4 x 6.4 GB just freed, softmax
 // forward fp32 8192 x 1024 31.2 us against 27.5, the copy kernel 30.4 against
 // 26.7, SM clock unchanged), which fell on whichever case came next.
-inline size_t g_arena_bytes = 0;  // the arena's size; 0: all free memory but kHeadroom. Set before the first Buffer.
+// The arena's size; 0: all free memory but kHeadroom. Set before the first
+// Buffer, or by XVK_BENCH_ARENA_MIB in the environment: under ncu, whose
+// kernel replay saves and restores every device allocation, an arena of all
+// memory made each profiled launch fail (H200, 2026-11-28: "Failed to
+// profile", exit 9, about a minute per launch); the profiling stages of
+// bench/run_on_gpu.sh set it.
+inline size_t g_arena_bytes = 0;
 class Arena {
  public:
   static Arena &get() {
@@ -117,6 +123,8 @@ class Arena {
   Arena() {
     size_t free = 0, total = 0;
     CUDA_OK(cudaMemGetInfo(&free, &total));
+    if (!g_arena_bytes)
+      if (const char *mib = std::getenv("XVK_BENCH_ARENA_MIB")) g_arena_bytes = size_t(std::strtoull(mib, nullptr, 10)) << 20;
     capacity_ = g_arena_bytes ? g_arena_bytes : free > kHeadroom ? (free - kHeadroom) / kAlign * kAlign : 0;
     void *p = nullptr;
     CUDA_OK(cudaMalloc(&p, capacity_));

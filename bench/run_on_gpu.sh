@@ -41,6 +41,9 @@ mkdir -p "$OUT"
 BUILD=build/gpu
 # Per-kernel time and DRAM traffic (bnprofile, rowkernels; read by bench/ncu_summary.py).
 NCU_TIME_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+# ncu saves and restores every device allocation around each replayed launch: the benchmarks'
+# arena (bench/bench_util.cuh), all free memory by default, is capped under it.
+NCU_ENV=(env XVK_BENCH_ARENA_MIB="${XVK_BENCH_ARENA_MIB:-16384}")
 log() { printf '\n=== %s (%ss) ===\n' "$1" "$SECONDS"; }
 # sha256 over the contents of src/ and include/ (path order): matches a GPU run to a commit.
 source_fingerprint() { find src include -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16; }
@@ -146,7 +149,7 @@ for stage in "$@"; do
         awk 'NR == 1 {$6 = "rule_us"; $7 = "off_us"} {printf "%-16s %-5s %6s %6s %-22s %10s %10s\n", $1, $2, $3, $4, $5, $6, $7}' ;;
     bnprofile)
       log bnprofile
-      XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 300 ncu --clock-control none --csv \
+      XVK_BACKEND_PATH=$PWD/$BUILD/lib "${NCU_ENV[@]}" timeout 300 ncu --clock-control none --csv \
         -k 'regex:reduce_|apply|finalize|single_pass|inference_coef' \
         --metrics $NCU_TIME_METRICS \
         $BUILD/bin/xvk-bench --batch-norm --reps 20 --shape "${BN_PROFILE_SHAPE:-256x256x56x56}" \
@@ -157,7 +160,7 @@ for stage in "$@"; do
       log rowkernels
       for c in ${ROW_PROFILE_CASES:-layer_norm_bwd:fp16:49152x1024 layer_norm_bwd:fp32:49152x1024}; do
         csvf="$OUT/ncu-kernels-${c//[:x]/-}.csv"
-        XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 120 ncu --clock-control none --csv -k 'regex:(softmax|norm)_' \
+        XVK_BACKEND_PATH=$PWD/$BUILD/lib "${NCU_ENV[@]}" timeout 120 ncu --clock-control none --csv -k 'regex:(softmax|norm)_' \
           --metrics $NCU_TIME_METRICS \
           $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null >"$csvf" 2>"$OUT/ncu-kernels.err"
         echo "$c: ncu exit $?"
@@ -167,7 +170,7 @@ for stage in "$@"; do
       log rowprofile
       for c in ${ROW_PROFILE_CASES:-softmax_fwd:fp16:49152x1024 layer_norm_fwd:fp16:49152x1024}; do
         report="$OUT/ncu-${c//[:x]/-}.txt"
-        XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 200 ncu --set full -k 'regex:(softmax|norm)_(forward|backward)' \
+        XVK_BACKEND_PATH=$PWD/$BUILD/lib "${NCU_ENV[@]}" timeout 200 ncu --set full -k 'regex:(softmax|norm)_(forward|backward)' \
           --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard barrier short_scoreboard wait math_pipe_throttle mio_throttle lg_throttle no_instruction not_selected selected drain membar dispatch_stall | sed 's/,$//')" \
           --launch-skip 5 --launch-count 1 $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null >"$report" 2>&1
         echo "$c: ncu exit $?"
@@ -177,7 +180,7 @@ for stage in "$@"; do
       log rowcounts
       for c in ${ROW_PROFILE_CASES:-layer_norm_fwd:fp16:8192x8192}; do
         name=${c//[:x]/-} shape=${c##*:}
-        XVK_BACKEND_PATH=$PWD/$BUILD/lib timeout 200 ncu --set full --import-source no -k 'regex:(softmax|norm)_(forward|backward)' \
+        XVK_BACKEND_PATH=$PWD/$BUILD/lib "${NCU_ENV[@]}" timeout 200 ncu --set full --import-source no -k 'regex:(softmax|norm)_(forward|backward)' \
           --launch-skip 5 --launch-count 1 -o "$OUT/ncu-$name" $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null \
           >"$OUT/ncu-$name.log" 2>&1
         echo "$c: ncu exit $?"
