@@ -164,14 +164,19 @@ TEST_CASE("softmax forward, every configuration, with and without mask and causa
       std::vector<float> mv = g_rng.normal(size_t(kQueries * cols), 0.0, 1.0, t);
       for (size_t i = 0; i < mv.size(); i += 7) mv[i] = -INFINITY;
       Twin x(t, xv), mask(t, mv), y(t, size_t(n));
+      // Unmasked calls of a positive scale take the lean kernels, which apply
+      // the scale inside the exponent; a negative scale takes the general ones.
       struct Flavour {
         bool log, masked;
         int causal;
+        float scale;
       };
-      for (const Flavour f : {Flavour{false, false, XVK_CAUSAL_NONE}, Flavour{true, false, XVK_CAUSAL_NONE},
-                              Flavour{false, true, XVK_CAUSAL_TOP_LEFT}, Flavour{true, true, XVK_CAUSAL_BOTTOM_RIGHT}}) {
+      for (const Flavour f : {Flavour{false, false, XVK_CAUSAL_NONE, 1.0f}, Flavour{true, false, XVK_CAUSAL_NONE, 1.0f},
+                              Flavour{false, false, XVK_CAUSAL_NONE, 0.7f}, Flavour{true, false, XVK_CAUSAL_NONE, 1.3f},
+                              Flavour{true, false, XVK_CAUSAL_NONE, -0.7f}, Flavour{false, true, XVK_CAUSAL_TOP_LEFT, 0.7f},
+                              Flavour{true, true, XVK_CAUSAL_BOTTOM_RIGHT, 0.7f}}) {
         xvk_softmax_forward_args a{};
-        a.rows = rows, a.cols = cols, a.dtype = dtype_id(t), a.log = f.log, a.scale = f.masked ? 0.7f : 1.0f;
+        a.rows = rows, a.cols = cols, a.dtype = dtype_id(t), a.log = f.log, a.scale = f.scale;
         a.causal = f.causal, a.causal_rows = kQueries;
         a.x = {x.h(), cols}, a.y = {y.h(), cols};
         if (f.masked) a.mask = mask.h(), a.mask_ndim = 1, a.mask_shape[0] = kQueries, a.mask_stride[0] = cols;
@@ -180,7 +185,7 @@ TEST_CASE("softmax forward, every configuration, with and without mask and causa
         if (f.masked) a.mask = mask.dev;
         const std::string what = std::string(f.log ? "log_softmax " : "softmax ") + dtype_name(t) + " " +
                                  std::to_string(rows) + "x" + std::to_string(cols) + (f.masked ? " masked" : "") +
-                                 " causal " + std::to_string(f.causal);
+                                 " causal " + std::to_string(f.causal) + " scale " + std::to_string(f.scale);
         check_configs(what, gpu::OpKind::kSoftmaxForward, t, cols, vec, 4.0 * 3.0, {&y}, {{}},
                       [&](const gpu::Config &c) { return gpu::softmax_forward(g_ctx, a, &c); });
       }
