@@ -10,6 +10,9 @@
 //             access predicated, one trip for every thread
 //   blocks    block b copies vectors [1024 b, 1024 b + 1024), 4 per thread,
 //             predicated (as a grid of a block per rows does)
+// Then, on whole-MiB sizes, the same one-trip copy with K = 1, 2, 4, 8
+// vectors per thread (a block per 256 K vectors): how the copy time
+// depends on the bytes each thread has in flight.
 // Results: bench/results/h200-2026-11-28-copy-sizes.txt.
 #include <cstdio>
 
@@ -38,6 +41,26 @@ __global__ void __launch_bounds__(256) copy_blocks(const uint4 *__restrict__ src
     if (first + 256 * u < n) dst[first + 256 * u] = v[u];
 }
 
+template <int K>
+__global__ void __launch_bounds__(256) copy_per_thread(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
+  const size_t first = size_t(blockIdx.x) * 256 * K + threadIdx.x;
+  uint4 v[K];
+#pragma unroll
+  for (int u = 0; u < K; ++u)
+    if (first + 256 * u < n) v[u] = src[first + 256 * u];
+#pragma unroll
+  for (int u = 0; u < K; ++u)
+    if (first + 256 * u < n) dst[first + 256 * u] = v[u];
+}
+
+template <int K>
+double time_per_thread(const Buffer &src, Buffer &dst, size_t n) {
+  const int blocks = int((n + 256 * K - 1) / (256 * K));
+  return time_us([&] {
+    copy_per_thread<K><<<blocks, 256, 0, g_stream>>>(static_cast<const uint4 *>(src.p), static_cast<uint4 *>(dst.p), n);
+  });
+}
+
 int main() {
   init();
   cudaDeviceProp prop;
@@ -63,6 +86,12 @@ int main() {
       });
       std::printf("%12zu %9.2f %9.2f %9.2f %9.2f %9.2f\n", bytes, m, t, k, b, copy_ceiling(bytes).best());
     }
+  }
+  std::printf("\n%12s %9s %9s %9s %9s   (us; K 16-byte vectors per thread)\n", "case bytes", "K=1", "K=2", "K=4", "K=8");
+  for (size_t mib : {12, 24, 48, 96}) {
+    const size_t n = mib * kMiB / 2 / 16;
+    std::printf("%12zu %9.2f %9.2f %9.2f %9.2f\n", mib * kMiB, time_per_thread<1>(src, dst, n), time_per_thread<2>(src, dst, n),
+                time_per_thread<4>(src, dst, n), time_per_thread<8>(src, dst, n));
   }
   return 0;
 }
