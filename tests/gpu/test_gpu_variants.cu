@@ -164,8 +164,9 @@ TEST_CASE("softmax forward, every configuration, with and without mask and causa
       std::vector<float> mv = g_rng.normal(size_t(kQueries * cols), 0.0, 1.0, t);
       for (size_t i = 0; i < mv.size(); i += 7) mv[i] = -INFINITY;
       Twin x(t, xv), mask(t, mv), y(t, size_t(n));
-      // Unmasked calls of a positive scale take the lean kernels, which apply
-      // the scale inside the exponent; a negative scale takes the general ones.
+      // Unmasked calls take the lean register kernels (softmax.cu, has_mask),
+      // which apply the scale as they load x: forced here at scales other
+      // than 1 too, a negative one turning the order of the logits around.
       struct Flavour {
         bool log, masked;
         int causal;
