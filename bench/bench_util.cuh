@@ -123,8 +123,15 @@ class Arena {
   Arena() {
     size_t free = 0, total = 0;
     CUDA_OK(cudaMemGetInfo(&free, &total));
-    if (!g_arena_bytes)
-      if (const char *mib = std::getenv("XVK_BENCH_ARENA_MIB")) g_arena_bytes = size_t(std::strtoull(mib, nullptr, 10)) << 20;
+    if (const char *mib = std::getenv("XVK_BENCH_ARENA_MIB"); mib && *mib && !g_arena_bytes) {  // set and not empty
+      char *end = nullptr;
+      const unsigned long long v = std::strtoull(mib, &end, 10);
+      if (end == mib || *end != '\0' || v == 0 || v > (size_t(1) << 24)) {
+        std::fprintf(stderr, "XVK_BENCH_ARENA_MIB wants a whole number of MiB from 1 to 16777216, got '%s'\n", mib);
+        std::exit(2);
+      }
+      g_arena_bytes = size_t(v) << 20;
+    }
     capacity_ = g_arena_bytes ? g_arena_bytes : free > kHeadroom ? (free - kHeadroom) / kAlign * kAlign : 0;
     void *p = nullptr;
     CUDA_OK(cudaMalloc(&p, capacity_));

@@ -9,7 +9,7 @@
 //   kernel    bench::copy_kernel, the ceiling's now: the same grid, every
 //             access predicated, one trip for every thread
 //   blocks    block b copies vectors [1024 b, 1024 b + 1024), 4 per thread,
-//             predicated (as a grid of a block per rows does)
+//             predicated (as a grid of a block per rows does): copy_per_thread<4>
 // Then, on whole-MiB sizes, the same one-trip copy with K = 1, 2, 4, 8
 // vectors per thread (a block per 256 K vectors): how the copy time
 // depends on the bytes each thread has in flight.
@@ -28,17 +28,6 @@ __global__ void __launch_bounds__(256) copy_tail(const uint4 *__restrict__ src, 
     dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
   }
   for (; i < n; i += stride) dst[i] = src[i];
-}
-
-__global__ void __launch_bounds__(256) copy_blocks(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
-  const size_t first = size_t(blockIdx.x) * 1024 + threadIdx.x;
-  uint4 v[4];
-#pragma unroll
-  for (int u = 0; u < 4; ++u)
-    if (first + 256 * u < n) v[u] = src[first + 256 * u];
-#pragma unroll
-  for (int u = 0; u < 4; ++u)
-    if (first + 256 * u < n) dst[first + 256 * u] = v[u];
 }
 
 template <int K>
@@ -81,9 +70,7 @@ int main() {
         copy_tail<<<blocks, 256, 0, g_stream>>>(static_cast<const uint4 *>(src.p), static_cast<uint4 *>(dst.p), n);
       });
       const double k = time_us([&] { launch_copy_kernel(src.p, dst.p, n); });
-      const double b = time_us([&] {
-        copy_blocks<<<blocks, 256, 0, g_stream>>>(static_cast<const uint4 *>(src.p), static_cast<uint4 *>(dst.p), n);
-      });
+      const double b = time_per_thread<4>(src, dst, n);
       std::printf("%12zu %9.2f %9.2f %9.2f %9.2f %9.2f\n", bytes, m, t, k, b, copy_ceiling(bytes).best());
     }
   }
