@@ -6,7 +6,7 @@
 #   test       every suite through ctest (bindings and packaging need Debian's tools)
 #   gputest    the GPU suite alone (ctest -L gpu)
 #   sanitize   the GPU suite and the variant suite (XVK_TEST_QUICK=1) under compute-sanitizer memcheck and racecheck
-#   tune       xvk-tune, writing src/cuda/tuning/sm90.cpp, then rebuild
+#   tune       xvk-tune, writing the GPU's table (src/cuda/tuning/sm90.cpp, or sm90_h200.cpp for 4 TB/s and more), then rebuild
 #   bench      xvk-bench and bench/torch_bench.py, joined by bench/compare.py
 #   quickbench the same on a few shapes
 #   bnbench    BatchNorm: xvk-bench --batch-norm, bench/torch_bench.py --batch-norm (eager, relu backward
@@ -100,8 +100,14 @@ for stage in "$@"; do
       done ;;
     tune)
       log tune
-      $BUILD/bin/xvk-tune --out src/cuda/tuning/sm90.cpp 2>&1 | tee "$OUT/tune.log" | tail -5
-      cp src/cuda/tuning/sm90.cpp "$OUT/sm90.cpp"
+      # The table this GPU takes (its key in the file's first line): sm90.cpp or sm90_h200.cpp.
+      $BUILD/bin/xvk-tune --out "$OUT/tuned-table.cpp" 2>&1 | tee "$OUT/tune.log" | tail -5
+      key=$(sed -n '1s/^.*tuning table (\([^)]*\)).*$/\1/p' "$OUT/tuned-table.cpp")
+      case $key in
+        sm_90) cp "$OUT/tuned-table.cpp" src/cuda/tuning/sm90.cpp ;;
+        sm_90-h200) cp "$OUT/tuned-table.cpp" src/cuda/tuning/sm90_h200.cpp ;;
+        *) echo "tune: no table file for '$key' (see kArchTables in src/cuda/tuning/tuning.cpp)"; exit 1 ;;
+      esac
       cmake --build $BUILD -j 16 >>"$OUT/build.log" 2>&1 || exit 1 ;;
     bench|quickbench)
       log $stage

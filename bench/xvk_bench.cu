@@ -91,7 +91,10 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, 
   const int vec = cols % int64_t(16 / t.size) == 0 ? int(16 / t.size) : 1;
   const Flavour flavour = flavour_of(op.rfind("log_", 0) == 0 || op.rfind("rms_", 0) == 0);
   // Clusters as DeviceInfo::clusters has them on this benchmark's sm_90 builds.
-  const Config c = choose_config(tuning_table_for(arch), kind, flavour, t.id, rows, cols, vec,
+  int clock_khz = 0, bus_bits = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0));
+  CUDA_OK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+  const Config c = choose_config(tuning_table_for(arch, peak_memory_gbps(clock_khz, bus_bits)), kind, flavour, t.id, rows, cols, vec,
                                  DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin), prop.major >= 9});
   return config_name(c);
 }
@@ -567,8 +570,16 @@ int main(int argc, char **argv) {
   }
   cudaDeviceProp prop;
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (sm_%d%d, %d SMs, %.0f MB L2)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-              prop.l2CacheSize / 1e6);
+  int clock_khz = 0, bus_bits = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0));
+  CUDA_OK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+  char arch[16];
+  std::snprintf(arch, sizeof arch, "sm_%d%d", prop.major, prop.minor);
+  const int gbps = xvk::gpu::peak_memory_gbps(clock_khz, bus_bits);
+  std::printf("device: %s (%s, %d SMs, %.0f MB L2, %d GB/s peak memory bandwidth; tuning table %s: %s)\n", prop.name, arch,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, gbps,
+              xvk::gpu::tuning_table_key(xvk::gpu::tuning_table_for(arch, gbps)),
+              xvk::gpu::tuning_table_for(arch, gbps).name);
   bench::init();
   xvk_context *ctx = nullptr;
   XVK_OK(xvk_context_create(XVK_BACKEND_CUDA, 0, &ctx));

@@ -1,5 +1,5 @@
-// xvk-tune: produces a tuning table (src/cuda/tuning/<arch>.cpp) for the GPU
-// it runs on. For every operator (softmax, log-softmax, LayerNorm, RMSNorm;
+// xvk-tune: produces a tuning table (src/cuda/tuning/sm90.cpp, sm90_h200.cpp:
+// the one tuning_table_for gives the GPU it runs on) for that GPU. For every operator (softmax, log-softmax, LayerNorm, RMSNorm;
 // forward and backward), dtype, row count (8192 standing for
 // up to 16384 rows, 49152 for more) and column count of its grid, it runs each candidate launch
 // configuration, checks its output against the default rule's, times it
@@ -231,15 +231,23 @@ int main(int argc, char **argv) {
   strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
   char head[1024];
   std::snprintf(head, sizeof head,
-                "// %s tuning table. Produced by xvk-tune on an %s (%d SMs) on %s, rows tuned at 8192 and %lld,\n"
+                "// %s tuning table (%s). Produced by xvk-tune on an %s (%d SMs, %d GB/s peak memory bandwidth) on %s,\n"
+                "// rows tuned at 8192 and %lld,\n"
                 "// median of %d L2-flushed launches per candidate; do not edit by hand, run\n"
                 "// bench/xvk-tune again (see src/cuda/tuning/README.md).\n"
                 "// Columns: op (OpKind), flavour (Flavour), dtype (xvk_dtype_id), max_rows, max_cols, variant (Variant), group,\n// rows, packs, threads, blocks_per_sm.\n"
                 "#include <cstdint>\n\n#include \"cuda/tuning/tuning.hpp\"\n\nnamespace xvk::gpu {\nnamespace {\n\nconst TuningEntry kEntries[] = {\n",
-                ctx.info->arch, prop.name, prop.multiProcessorCount, date, (long long)max_rows, g_reps);
-  std::string file = std::string(head) + table + "};\n\n}  // namespace\n\nextern const TuningTable kTuningSm90;\n" +
+                ctx.info->arch, tuning_table_key(*ctx.info->table), prop.name, prop.multiProcessorCount, ctx.info->memory_gbps,
+                date, (long long)max_rows, g_reps);
+  // The definition the device's table has (tuning.cpp's list, chosen by
+  // architecture and memory bandwidth; XVK_TUNING_TABLE names another).
+  const std::string symbol = tuning_table_symbol(*ctx.info->table);
+  if (symbol == tuning_table_symbol(tuning_table_for("")))
+    std::fprintf(stderr, "xvk-tune: %s has no table of its own; add a row to kArchTables (tuning.cpp) and name "
+                 "the definition there\n", ctx.info->arch);
+  std::string file = std::string(head) + table + "};\n\n}  // namespace\n\nextern const TuningTable " + symbol + ";\n" +
                      "extern const BatchNormTuning kBatchNormSm90;  // sm90_batch_norm.cpp\n" +
-                     "const TuningTable kTuningSm90 = {\"" + ctx.info->arch + ": tuned on " + prop.name + ", " + date +
+                     "const TuningTable " + symbol + " = {\"" + ctx.info->arch + ": tuned on " + prop.name + ", " + date +
                      "\", kEntries, " + std::to_string(entries) + ", &kBatchNormSm90};\n\n}  // namespace xvk::gpu\n";
   if (only_op >= 0 && out_path) {
     // Replace the operator's rows of the existing table, in place.

@@ -27,8 +27,30 @@ int64_t tuned_rows(int64_t max_rows) { return max_rows == 16384 ? 8192 : 49152; 
 
 }  // namespace
 
-TEST_CASE("every row of the sm_90 table is what its operator and flavour get at its tuned width") {
-  const TuningTable &table = tuning_table_for("sm_90");
+TEST_CASE("an sm_90 device takes the table of its memory bandwidth") {
+  const TuningTable &h100 = tuning_table_for("sm_90", 3352);   // H100 SXM: 2619 MHz x 5120 bits
+  const TuningTable &h200 = tuning_table_for("sm_90", 4915);   // H200: 3200 MHz x 6144 bits
+  CHECK(peak_memory_gbps(2619000, 5120) == 3352);
+  CHECK(peak_memory_gbps(3200000, 6144) == 4915);
+  CHECK(peak_memory_gbps(0, 5120) == 0);
+  CHECK(&h100 != &h200);
+  CHECK(&tuning_table_for("sm_90") == &h100);  // bandwidth unknown: the slower devices' table
+  CHECK(&tuning_table_for("sm_90", 2039) == &h100);  // H100 PCIe
+  CHECK(&tuning_table_for("sm_90", 4000) == &h200);
+  CHECK(std::string(tuning_table_key(h100)) == "sm_90");
+  CHECK(std::string(tuning_table_key(h200)) == "sm_90-h200");
+  CHECK(std::string(tuning_table_symbol(h200)) == "kTuningSm90H200");
+  CHECK(std::string(h100.name).find("H100") != std::string::npos);
+  CHECK(std::string(h200.name).find("H200") != std::string::npos);
+  // Another architecture takes the default rule's empty table, whatever its memory.
+  CHECK(tuning_table_for("sm_80", 2039).count == 0);
+  CHECK(std::string(tuning_table_key(tuning_table_for("sm_100", 8000))) == "default");
+}
+
+namespace {
+
+// Every row of an sm_90 table is what its operator and flavour get at its tuned width.
+void check_sm90_table(const TuningTable &table) {
   REQUIRE(table.count > 0);
   CHECK(std::string(table.name).find("sm_90") == 0);
   // (op, flavour, dtype, max_rows) -> the previous row's max_cols: bands ascend.
@@ -65,6 +87,13 @@ TEST_CASE("every row of the sm_90 table is what its operator and flavour get at 
     CHECK(complete_config(again, op, e.dtype, e.max_cols, kSm90));
   }
   CHECK(covering > 0);
+}
+
+}  // namespace
+
+TEST_CASE("every row of the sm_90 tables is what its operator and flavour get at its tuned width") {
+  SUBCASE("H100 (HBM3)") { check_sm90_table(tuning_table_for("sm_90", 3352)); }
+  SUBCASE("H200 (HBM3e)") { check_sm90_table(tuning_table_for("sm_90", 4915)); }
 }
 
 TEST_CASE("choose_config matches a row's flavour, and a kAny row serves both") {

@@ -25,6 +25,7 @@ struct DeviceInfo {
   bool dependent_launch = false;  // launch_dependent may overlap kernels (NVIDIA sm_90 and later)
   bool clusters = false;          // launch_clustered works here (NVIDIA sm_90 and later, code built for it)
   int64_t l2_bytes = 0;
+  int memory_gbps = 0;  // peak DRAM bandwidth (peak_memory_gbps), 0 if unknown: chooses among an arch's tables
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;
   DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block, clusters}; }

@@ -192,7 +192,13 @@ const DeviceInfo &device_info(int id) {
     info.dependent_launch = prop.major >= 9 && runs_sm90_code(id);
     info.clusters = info.dependent_launch;  // the same condition: sm_90 code on an sm_90 (or later) device
 #endif
-    info.table = &tuning_table_for(info.arch);
+    int clock_khz = 0, bus_bits = 0;
+    if (get_memory_clock_khz(&clock_khz, id) != kSuccess || get_memory_bus_bits(&bus_bits, id) != kSuccess) {
+      (void)get_last_error();
+      clock_khz = bus_bits = 0;
+    }
+    info.memory_gbps = peak_memory_gbps(clock_khz, bus_bits);
+    info.table = &tuning_table_for(info.arch, info.memory_gbps);
   });
   return g_devices[id];
 }

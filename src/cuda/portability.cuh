@@ -39,6 +39,9 @@ inline error_t get_device_count(int *n) { return hipGetDeviceCount(n); }
 inline error_t set_device(int d) { return hipSetDevice(d); }
 inline error_t get_device(int *d) { return hipGetDevice(d); }
 inline error_t get_device_properties(device_prop_t *p, int d) { return hipGetDeviceProperties(p, d); }
+// The memory clock (kHz) and bus width (bits) device attributes.
+inline error_t get_memory_clock_khz(int *v, int d) { return hipDeviceGetAttribute(v, hipDeviceAttributeMemoryClockRate, d); }
+inline error_t get_memory_bus_bits(int *v, int d) { return hipDeviceGetAttribute(v, hipDeviceAttributeMemoryBusWidth, d); }
 inline error_t malloc_device(void **p, size_t n) { return hipMalloc(p, n); }
 inline error_t free_device(void *p) { return hipFree(p); }
 inline error_t memcpy_async(void *d, const void *s, size_t n, stream_t st) {
@@ -100,6 +103,10 @@ inline error_t get_device_count(int *n) { return cudaGetDeviceCount(n); }
 inline error_t set_device(int d) { return cudaSetDevice(d); }
 inline error_t get_device(int *d) { return cudaGetDevice(d); }
 inline error_t get_device_properties(device_prop_t *p, int d) { return cudaGetDeviceProperties(p, d); }
+// The memory clock (kHz) and bus width (bits) device attributes (no longer
+// fields of cudaDeviceProp in CUDA 13).
+inline error_t get_memory_clock_khz(int *v, int d) { return cudaDeviceGetAttribute(v, cudaDevAttrMemoryClockRate, d); }
+inline error_t get_memory_bus_bits(int *v, int d) { return cudaDeviceGetAttribute(v, cudaDevAttrGlobalMemoryBusWidth, d); }
 inline error_t malloc_device(void **p, size_t n) { return cudaMalloc(p, n); }
 inline error_t free_device(void *p) { return cudaFree(p); }
 inline error_t memcpy_async(void *d, const void *s, size_t n, stream_t st) {

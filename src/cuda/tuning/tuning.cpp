@@ -1,5 +1,6 @@
 #include "cuda/tuning/tuning.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -10,7 +11,8 @@ extern const TuningTable kTuningDefault;  // tuning/default.cpp: the default rul
 extern const TuningTable kTuningCdnaWave64;  // src/hip/tuning/cdna_wave64.cpp (untuned)
 extern const TuningTable kTuningRdnaWave32;  // src/hip/tuning/rdna_wave32.cpp (untuned)
 #else
-extern const TuningTable kTuningSm90;  // tuning/sm90.cpp, produced by xvk-tune
+extern const TuningTable kTuningSm90;      // tuning/sm90.cpp, produced by xvk-tune on an H100
+extern const TuningTable kTuningSm90H200;  // tuning/sm90_h200.cpp, produced by xvk-tune on an H200
 #endif
 
 namespace {
@@ -23,31 +25,58 @@ int next_pow2(int64_t v) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Every architecture with a table of its own, for both backends: the CUDA
-// module is built with the NVIDIA rows, the HIP module (XVK_TUNING_HIP) with
-// the AMD ones. The AMD names are the targets the hip preset compiles for.
+// Every table, for both backends: the CUDA module is built with the NVIDIA
+// rows, the HIP module (XVK_TUNING_HIP) with the AMD ones. A device takes the
+// first row of its architecture whose min_memory_gbps its peak bandwidth
+// reaches. The AMD names are the targets the hip preset compiles for.
 struct ArchTable {
-  const char *arch;  // DeviceInfo::arch: "sm_90", or gcnArchName up to its first ':'
+  const char *arch;     // DeviceInfo::arch: "sm_90", or gcnArchName up to its first ':'
+  int min_memory_gbps;  // peak_memory_gbps at least this
+  const char *key;      // XVK_TUNING_TABLE's name for it
+  const char *symbol;   // its definition
   const TuningTable *table;
 };
 const ArchTable kArchTables[] = {
 #if XVK_TUNING_HIP
-    {"gfx908", &kTuningCdnaWave64},   // MI100
-    {"gfx90a", &kTuningCdnaWave64},   // MI200
-    {"gfx940", &kTuningCdnaWave64},   // MI300 series, early ISA (ROCm 5.2 has no gfx942)
-    {"gfx1030", &kTuningRdnaWave32},  // Navi 21: RX 6800/6900, PRO W6800
+    {"gfx908", 0, "cdna-wave64", "kTuningCdnaWave64", &kTuningCdnaWave64},   // MI100
+    {"gfx90a", 0, "cdna-wave64", "kTuningCdnaWave64", &kTuningCdnaWave64},   // MI200
+    {"gfx940", 0, "cdna-wave64", "kTuningCdnaWave64", &kTuningCdnaWave64},   // MI300 series, early ISA (ROCm 5.2 has no gfx942)
+    {"gfx1030", 0, "rdna-wave32", "kTuningRdnaWave32", &kTuningRdnaWave32},  // Navi 21: RX 6800/6900, PRO W6800
 #else
-    {"sm_90", &kTuningSm90},
+    {"sm_90", 4000, "sm_90-h200", "kTuningSm90H200", &kTuningSm90H200},  // H200 (4.8 TB/s), GH200
+    {"sm_90", 0, "sm_90", "kTuningSm90", &kTuningSm90},                  // H100 (2-3.9 TB/s)
 #endif
 };
 
+const ArchTable kDefaultRow = {"", 0, "default", "kTuningDefault", &kTuningDefault};
+
+const ArchTable &row_of(const TuningTable &table) {
+  for (const ArchTable &t : kArchTables)
+    if (t.table == &table) return t;
+  return kDefaultRow;
+}
+
+// XVK_TUNING_TABLE's table, or nullptr (unset or not a table's key).
+const TuningTable *table_override() {
+  const char *e = std::getenv("XVK_TUNING_TABLE");
+  if (!e || !e[0]) return nullptr;
+  if (std::strcmp(e, kDefaultRow.key) == 0) return kDefaultRow.table;
+  for (const ArchTable &t : kArchTables)
+    if (std::strcmp(e, t.key) == 0) return t.table;
+  return nullptr;
+}
+
 }  // namespace
 
-const TuningTable &tuning_table_for(const char *arch) {
+const TuningTable &tuning_table_for(const char *arch, int memory_gbps) {
+  if (const TuningTable *forced = table_override()) return *forced;
   for (const ArchTable &t : kArchTables)
-    if (std::strcmp(arch, t.arch) == 0) return *t.table;
+    if (std::strcmp(arch, t.arch) == 0 && memory_gbps >= t.min_memory_gbps) return *t.table;
   return kTuningDefault;
 }
+
+const char *tuning_table_key(const TuningTable &table) { return row_of(table).key; }
+const char *tuning_table_symbol(const TuningTable &table) { return row_of(table).symbol; }
 
 bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const DeviceLimits &limits) {
   const int warp_size = limits.warp_size;

@@ -251,8 +251,30 @@ struct TuningTable {
   const BatchNormTuning *batch_norm;  // NULL: BatchNorm takes the default (two passes)
 };
 
-// The table for an architecture (e.g. "sm_90"), or the conservative default.
-const TuningTable &tuning_table_for(const char *arch);
+// Devices of one architecture can differ in their memory: the sm_90 ones
+// range from 2 TB/s (H100 PCIe) through 3.35 (H100 SXM, HBM3) to 4.8 (H200,
+// HBM3e) with the same SMs, and the faster memory wants more bytes in flight
+// per SM, so launch parameters tuned on one are not the best on the other
+// (wide rows up to 19% apart on an H200 between its own table and the
+// H100's: bench/results/h200-2026-11-29-rows-h200-table.txt). A table is
+// therefore chosen by architecture and peak memory bandwidth.
+// Peak DRAM bandwidth in GB/s from the memory clock (kHz) and bus width
+// (bits), two transfers per clock; 0 when either is unknown (0).
+constexpr int peak_memory_gbps(int64_t memory_clock_khz, int64_t bus_width_bits) {
+  return int(2 * memory_clock_khz * (bus_width_bits / 8) / 1000000);
+}
+
+// The table for an architecture (e.g. "sm_90") on a device of
+// memory_gbps peak bandwidth (0, unknown, takes the table of its slowest
+// devices), or the conservative default. The environment variable XVK_TUNING_TABLE,
+// when it names one of the tables (tuning_table_key), takes that one
+// instead: for same-run comparisons of two tables; other values are ignored.
+const TuningTable &tuning_table_for(const char *arch, int memory_gbps = 0);
+
+// The short name XVK_TUNING_TABLE knows a table by ("sm_90", "sm_90-h200",
+// "default"), and the C++ name of its definition (xvk-tune writes it).
+const char *tuning_table_key(const TuningTable &table);
+const char *tuning_table_symbol(const TuningTable &table);
 
 // The configuration for one call. `vec` is the vector width the tensors'
 // alignment allows (1 when any pointer or stride breaks it). A table row that
