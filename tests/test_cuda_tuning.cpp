@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <tuple>
@@ -28,6 +29,7 @@ int64_t tuned_rows(int64_t max_rows) { return max_rows == 16384 ? 8192 : 49152; 
 }  // namespace
 
 TEST_CASE("an sm_90 device takes the table of its memory bandwidth") {
+  REQUIRE(unsetenv("XVK_TUNING_TABLE") == 0);  // a table forced from the environment would answer instead
   const TuningTable &h100 = tuning_table_for("sm_90", 3352);   // H100 SXM: 2619 MHz x 5120 bits
   const TuningTable &h200 = tuning_table_for("sm_90", 4915);   // H200: 3200 MHz x 6144 bits
   CHECK(peak_memory_gbps(2619000, 5120) == 3352);
@@ -45,6 +47,23 @@ TEST_CASE("an sm_90 device takes the table of its memory bandwidth") {
   // Another architecture takes the default rule's empty table, whatever its memory.
   CHECK(tuning_table_for("sm_80", 2039).count == 0);
   CHECK(std::string(tuning_table_key(tuning_table_for("sm_100", 8000))) == "default");
+}
+
+TEST_CASE("XVK_TUNING_TABLE forces a table by its key, and is ignored when it names none") {
+  const TuningTable &h100 = tuning_table_for("sm_90", 3352);
+  const TuningTable &h200 = tuning_table_for("sm_90", 4915);
+  REQUIRE(setenv("XVK_TUNING_TABLE", "sm_90", 1) == 0);
+  CHECK(&tuning_table_for("sm_90", 4915) == &h100);
+  CHECK(&tuning_table_for("sm_80", 2039) == &h100);  // whatever the device; its limits still vet each row
+  REQUIRE(setenv("XVK_TUNING_TABLE", "sm_90-h200", 1) == 0);
+  CHECK(&tuning_table_for("sm_90", 3352) == &h200);
+  REQUIRE(setenv("XVK_TUNING_TABLE", "default", 1) == 0);
+  CHECK(tuning_table_for("sm_90", 4915).count == 0);
+  REQUIRE(setenv("XVK_TUNING_TABLE", "sm_91", 1) == 0);
+  CHECK(&tuning_table_for("sm_90", 4915) == &h200);
+  REQUIRE(setenv("XVK_TUNING_TABLE", "", 1) == 0);
+  CHECK(&tuning_table_for("sm_90", 3352) == &h100);
+  REQUIRE(unsetenv("XVK_TUNING_TABLE") == 0);
 }
 
 namespace {
@@ -92,6 +111,7 @@ void check_sm90_table(const TuningTable &table) {
 }  // namespace
 
 TEST_CASE("every row of the sm_90 tables is what its operator and flavour get at its tuned width") {
+  REQUIRE(unsetenv("XVK_TUNING_TABLE") == 0);
   SUBCASE("H100 (HBM3)") { check_sm90_table(tuning_table_for("sm_90", 3352)); }
   SUBCASE("H200 (HBM3e)") { check_sm90_table(tuning_table_for("sm_90", 4915)); }
 }
