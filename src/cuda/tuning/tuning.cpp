@@ -43,7 +43,7 @@ const ArchTable kArchTables[] = {
     {"gfx940", 0, "cdna-wave64", "kTuningCdnaWave64", &kTuningCdnaWave64},   // MI300 series, early ISA (ROCm 5.2 has no gfx942)
     {"gfx1030", 0, "rdna-wave32", "kTuningRdnaWave32", &kTuningRdnaWave32},  // Navi 21: RX 6800/6900, PRO W6800
 #else
-    {"sm_90", 4000, "sm_90-h200", "kTuningSm90H200", &kTuningSm90H200},  // H200 (4.8 TB/s), GH200
+    {"sm_90", 4000, "sm_90-h200", "kTuningSm90H200", &kTuningSm90H200},  // H200 (4.8 TB/s), GH200 with HBM3e
     {"sm_90", 0, "sm_90", "kTuningSm90", &kTuningSm90},                  // H100 (2-3.9 TB/s)
 #endif
 };
