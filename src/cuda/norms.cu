@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   constexpr bool kPrefetch = G > 0 && PACKS * VEC * ROWS <= 16;
   auto rows_loop = [&](auto full_tag, auto form_tag) {
     constexpr bool kFull = decltype(full_tag)::value;
-    constexpr AffineForm kForm = decltype(form_tag)::value;
+    [[maybe_unused]] constexpr AffineForm kForm = decltype(form_tag)::value;
     [[maybe_unused]] Pack<T, VEC> ahead[kPrefetch ? ROWS : 1][PACKS];
     [[maybe_unused]] float ahead_shift[ROWS];
     auto issue = [&](int64_t base, Pack<T, VEC> (&raw)[kPrefetch ? ROWS : 1][PACKS], float (&shift)[ROWS]) {
@@ -708,7 +708,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
   // for 16-bit x: the float32 kernels, holding twice the registers per
   // element, spilled with the second copy of the loop (ptxas, sm_90).
   auto rows_loop = [&](auto form_tag) {
-    constexpr AffineForm kForm = decltype(form_tag)::value;
+    [[maybe_unused]] constexpr AffineForm kForm = decltype(form_tag)::value;
     if constexpr (kPrefetch) issue(map.first_warp_row);
     for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
       if constexpr (!kPrefetch) issue(base);
