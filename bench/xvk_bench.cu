@@ -78,23 +78,41 @@ struct Result {
   std::string variant;
 };
 
+// Device 0's facts as the CUDA module reads them (DeviceInfo: this benchmark
+// does not link the kernels), read once: its architecture, peak memory
+// bandwidth and so its tuning table.
+struct BenchDevice {
+  cudaDeviceProp prop;
+  char arch[16];
+  int memory_gbps;
+  const xvk::gpu::TuningTable *table;
+};
+const BenchDevice &bench_device() {
+  static const BenchDevice d = [] {
+    BenchDevice d{};
+    CUDA_OK(cudaGetDeviceProperties(&d.prop, 0));
+    std::snprintf(d.arch, sizeof d.arch, "sm_%d%d", d.prop.major, d.prop.minor);
+    int clock_khz = 0, bus_bits = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0));
+    CUDA_OK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+    d.memory_gbps = xvk::gpu::peak_memory_gbps(clock_khz, bus_bits);
+    d.table = &xvk::gpu::tuning_table_for(d.arch, d.memory_gbps);
+    return d;
+  }();
+  return d;
+}
+
 // What the tuning table picks for a contiguous case on this device.
 std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, int64_t cols) {
   using namespace xvk::gpu;
-  cudaDeviceProp prop;
-  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  char arch[16];
-  std::snprintf(arch, sizeof arch, "sm_%d%d", prop.major, prop.minor);
+  const cudaDeviceProp &prop = bench_device().prop;
   const OpKind kind = op.find("softmax") != std::string::npos
                           ? (op.find("bwd") != std::string::npos ? OpKind::kSoftmaxBackward : OpKind::kSoftmaxForward)
                           : (op.find("bwd") != std::string::npos ? OpKind::kNormBackward : OpKind::kNormForward);
   const int vec = cols % int64_t(16 / t.size) == 0 ? int(16 / t.size) : 1;
   const Flavour flavour = flavour_of(op.rfind("log_", 0) == 0 || op.rfind("rms_", 0) == 0);
   // Clusters as DeviceInfo::clusters has them on this benchmark's sm_90 builds.
-  int clock_khz = 0, bus_bits = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0));
-  CUDA_OK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
-  const Config c = choose_config(tuning_table_for(arch, peak_memory_gbps(clock_khz, bus_bits)), kind, flavour, t.id, rows, cols, vec,
+  const Config c = choose_config(*bench_device().table, kind, flavour, t.id, rows, cols, vec,
                                  DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin), prop.major >= 9});
   return config_name(c);
 }
@@ -568,18 +586,11 @@ int main(int argc, char **argv) {
     std::printf("xvk-bench needs the CUDA backend: %s\n", reason);
     return 1;
   }
-  cudaDeviceProp prop;
-  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  int clock_khz = 0, bus_bits = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0));
-  CUDA_OK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
-  char arch[16];
-  std::snprintf(arch, sizeof arch, "sm_%d%d", prop.major, prop.minor);
-  const int gbps = xvk::gpu::peak_memory_gbps(clock_khz, bus_bits);
-  std::printf("device: %s (%s, %d SMs, %.0f MB L2, %d GB/s peak memory bandwidth; tuning table %s: %s)\n", prop.name, arch,
-              prop.multiProcessorCount, prop.l2CacheSize / 1e6, gbps,
-              xvk::gpu::tuning_table_key(xvk::gpu::tuning_table_for(arch, gbps)),
-              xvk::gpu::tuning_table_for(arch, gbps).name);
+  const BenchDevice &dev = bench_device();
+  const cudaDeviceProp &prop = dev.prop;
+  std::printf("device: %s (%s, %d SMs, %.0f MB L2, %d GB/s peak memory bandwidth; tuning table %s: %s)\n", prop.name, dev.arch,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, dev.memory_gbps, xvk::gpu::tuning_table_key(*dev.table),
+              dev.table->name);
   bench::init();
   xvk_context *ctx = nullptr;
   XVK_OK(xvk_context_create(XVK_BACKEND_CUDA, 0, &ctx));
