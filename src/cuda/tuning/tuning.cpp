@@ -33,22 +33,23 @@ struct ArchTable {
   const char *arch;     // DeviceInfo::arch: "sm_90", or gcnArchName up to its first ':'
   int min_memory_gbps;  // peak_memory_gbps at least this
   const char *key;      // XVK_TUNING_TABLE's name for it
-  const char *symbol;   // its definition
+  const char *symbol;   // its definition's name (TABLE: spelled once with it)
   const TuningTable *table;
 };
+#define TABLE(definition) #definition, &definition
 const ArchTable kArchTables[] = {
 #if XVK_TUNING_HIP
-    {"gfx908", 0, "cdna-wave64", "kTuningCdnaWave64", &kTuningCdnaWave64},   // MI100
-    {"gfx90a", 0, "cdna-wave64", "kTuningCdnaWave64", &kTuningCdnaWave64},   // MI200
-    {"gfx940", 0, "cdna-wave64", "kTuningCdnaWave64", &kTuningCdnaWave64},   // MI300 series, early ISA (ROCm 5.2 has no gfx942)
-    {"gfx1030", 0, "rdna-wave32", "kTuningRdnaWave32", &kTuningRdnaWave32},  // Navi 21: RX 6800/6900, PRO W6800
+    {"gfx908", 0, "cdna-wave64", TABLE(kTuningCdnaWave64)},   // MI100
+    {"gfx90a", 0, "cdna-wave64", TABLE(kTuningCdnaWave64)},   // MI200
+    {"gfx940", 0, "cdna-wave64", TABLE(kTuningCdnaWave64)},   // MI300 series, early ISA (ROCm 5.2 has no gfx942)
+    {"gfx1030", 0, "rdna-wave32", TABLE(kTuningRdnaWave32)},  // Navi 21: RX 6800/6900, PRO W6800
 #else
-    {"sm_90", 4000, "sm_90-h200", "kTuningSm90H200", &kTuningSm90H200},  // H200 (4.8 TB/s), GH200 with HBM3e
-    {"sm_90", 0, "sm_90", "kTuningSm90", &kTuningSm90},                  // H100 (2-3.9 TB/s)
+    {"sm_90", 4000, "sm_90-h200", TABLE(kTuningSm90H200)},  // H200 (4.8 TB/s), GH200 with HBM3e
+    {"sm_90", 0, "sm_90", TABLE(kTuningSm90)},              // H100 (2-3.9 TB/s)
 #endif
 };
-
-const ArchTable kDefaultRow = {"", 0, "default", "kTuningDefault", &kTuningDefault};
+const ArchTable kDefaultRow = {"", 0, "default", TABLE(kTuningDefault)};
+#undef TABLE
 
 const ArchTable &row_of(const TuningTable &table) {
   for (const ArchTable &t : kArchTables)
