@@ -610,6 +610,11 @@ struct StatsSource : Welford {
   static constexpr int kLastMaxVec = kNarrowVec<T>;
   // Channels-first rows by columns: 16-byte vectors, bounded as channels-last.
   static constexpr int kLongRowMaxVec = kMaxVec<T>, kLongRowMinBlocks = kLastMinBlocks;
+  // Lanes of a block across a channels-first row (see GradSource): 64 in
+  // fp32 (NCHW 7 x 7 training forwards 0.966-0.975x the time against 32);
+  // 16-bit keeps 32, the best of 8 to 256 there (64: 7 x 7 forwards
+  // 1.08-1.10x, 14 x 14 1.00x).
+  static constexpr int kLongRowTile = sizeof(T) == 2 ? 32 : 64;
   struct Item {
     Pack<T, VEC> v;
   };
@@ -753,6 +758,13 @@ struct GradSource : Sums {
   // time 1-4% slower.
   static constexpr int kLongRowMaxVec = kNarrowVec<T>;
   static constexpr int kLongRowMinBlocks = 3;
+  // Lanes of a block across a channels-first row (reduce): 64, two warps
+  // side by side on one row, where 32 gave each warp rows of its own. H200,
+  // two same-run sweeps of 8 to 256 lanes, against 32 (bench/results/
+  // h200-2026-11-29-bn-row-tile.txt): NCHW 7 x 7 backward 16-bit
+  // 0.984-0.990x the time, fp32 0.986-0.989x; 14 x 14 16-bit 0.990-0.997x;
+  // 8 and 16 lanes 1.03-1.24x, 128 and 256 up to 1.15x.
+  static constexpr int kLongRowTile = 64;
   struct Item {
     Pack<T, VEC> g, x;
     uint32_t gate;  // bit j: element j's gradient passes the ReLU
@@ -1596,7 +1608,9 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
       status = check_launch("batch_norm reduce (channels-first)");
     } else {
       const int64_t col_vectors = (sh.row_len + VEC - 1) / VEC;
-      const int tile = std::min(32, next_pow2(col_vectors));
+      // Lanes across a row: a warp channels-last (rows of c), the source's
+      // kLongRowTile on channels-first rows (n rows of c * s).
+      const int tile = std::min(p.channels_last ? 32 : Src::kLongRowTile, next_pow2(col_vectors));
       const int rows_step = kThreads / tile;
       const int64_t tiles = (col_vectors + tile - 1) / tile;
       const auto launch = [&](auto kernel) {
