@@ -1262,9 +1262,16 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
 }
 
 // How norm_backward_finalize splits the parts: a tile of kFinalizeTileCols
-// columns per block, lanes enough for one round of loads each (up to 32
-// lanes), and slices of the parts only when that leaves more than two rounds
-// per lane. Slices cost their completion tickets, about 2 us: where there are
+// columns per block, the most lanes (up to 32) that still give each lane a
+// whole round of kFinalizeInFlight parts, and slices of the parts only when
+// that leaves more than two rounds per lane. The kernel loads whole rounds
+// together and the rest one part at a time: 132 parts on 32 lanes (enough
+// lanes for one round to cover every part) left each lane 4-5 parts loaded
+// in turn. 16 lanes there, H200, same run, best of two: norm backward 16-bit
+// 8192 x 5120 0.970-0.974x the time, 8192 x 8192 0.978-0.979x, 8192 x 768
+// 0.973-0.989x, 49152 x 128 0.978-0.997x, the rest 0.985-1.009x; 0.997x
+// over all 108 (bench/results/h200-2026-11-29-finalize-lanes.txt).
+// Slices cost their completion tickets, about 2 us: where there are
 // slices anyway, as many as the tiles leave SMs idle (down to two parts a
 // lane), since one block reads at one SM's share of the L2's bandwidth. H100,
 // same run: fp32 8192 x 768 backward 38.14 -> 37.57 us (its slices raised to
@@ -1276,7 +1283,7 @@ struct FinalizeGrid {
   FinalizeGrid() = default;
   FinalizeGrid(int64_t parts, int64_t cols, int sm_count) {
     tiles = ceil_div(cols, kFinalizeTileCols);
-    while (lanes < kFinalizeMaxLanes && int64_t(lanes) * kFinalizeInFlight < parts) lanes *= 2;
+    while (lanes < kFinalizeMaxLanes && int64_t(lanes) * 2 * kFinalizeInFlight <= parts) lanes *= 2;
     slices = std::max<int64_t>(1, ceil_div(parts, int64_t(2) * kFinalizeInFlight * lanes));
     const int64_t spread = std::max<int64_t>(1, sm_count / tiles);
     if (slices > 1) slices = std::max(slices, std::min(spread, ceil_div(parts, int64_t(2) * lanes)));
