@@ -649,6 +649,16 @@ __device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const Pa
   if (t == 0) *s.counter = 0;  // ready for the next kernel on the stream
 }
 
+// A row's dx = rstd * (dy * g - c1 - xhat * c2) from dy * g and xhat, as
+// two FMAs per element: (dy * g) * rstd + (xhat * (-c2 * rstd) - c1 * rstd).
+struct RowDx {
+  float scale, slope, offset;
+  __device__ __forceinline__ RowDx(float rstd, float c1, float c2) : scale(rstd), slope(-c2 * rstd), offset(-c1 * rstd) {}
+  __device__ __forceinline__ float operator()(float dyg, float xhat) const {
+    return fmaf(dyg, scale, fmaf(xhat, slope, offset));
+  }
+};
+
 // Backward, register variants. partial (when dgamma/dbeta are wanted) gets
 // one row of [2][cols] sums per block.
 // Lanes of up to kNormBackwardPrefetchElems elements load their next rows' x and dy
@@ -766,7 +776,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
       for (int r = 0; r < ROWS; ++r) {
         const int64_t row = base + map.offset + r;
         if (row >= a.rows) continue;
-        const float c1 = a.rms ? 0.0f : sums[2 * r] * inv_cols, c2 = sums[2 * r + 1] * inv_cols;
+        const RowDx row_dx(rstd[r], a.rms ? 0.0f : sums[2 * r] * inv_cols, sums[2 * r + 1] * inv_cols);
         T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
 #pragma unroll
         for (int p = 0; p < PACKS; ++p) {
@@ -774,7 +784,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
           if (col >= a.cols) continue;
           float out[VEC];
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) out[i] = rstd[r] * (dy[r][p][i] - c1 - xhat[r][p][i] * c2);
+          for (int i = 0; i < VEC; ++i) out[i] = row_dx(dy[r][p][i], xhat[r][p][i]);
           store_vec<T, VEC>(dx + col, out);
         }
       }
@@ -849,14 +859,14 @@ __device__ __forceinline__ void add_backward_sums(const xvk_norm_backward_args &
 }
 template <class T, int VEC>
 __device__ __forceinline__ void backward_dx(const xvk_norm_backward_args &a, int64_t col, const float (&xv)[VEC],
-                                            const float (&dyv)[VEC], float mean, float rstd, float c1, float c2,
+                                            const float (&dyv)[VEC], float mean, float rstd, const RowDx &row_dx,
                                             float (&xhat)[VEC], float (&dx)[VEC]) {
   float g[VEC], unused[VEC];
   load_affine<T, VEC>(a.gamma, nullptr, a.param_dtype == XVK_DTYPE_F32, a.zero_centered_gamma, col, g, unused);
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     xhat[i] = (xv[i] - mean) * rstd;
-    dx[i] = rstd * (dyv[i] * g[i] - c1 - xhat[i] * c2);
+    dx[i] = row_dx(dyv[i] * g[i], xhat[i]);
   }
 }
 
@@ -877,13 +887,13 @@ __global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_back
       add_backward_sums<T, VEC>(a, col, xv, dyv, mean, rstd, sums);
     }
     RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
-    const float c1 = a.rms ? 0.0f : sums[0] * inv_cols, c2 = sums[1] * inv_cols;
+    const RowDx row_dx(rstd, a.rms ? 0.0f : sums[0] * inv_cols, sums[1] * inv_cols);
     T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
     for (int64_t col = int64_t(threadIdx.x) * VEC; col < a.cols; col += step) {
       float xv[VEC], dyv[VEC], xhat[VEC], out[VEC];
       load_vec<T, VEC>(x + col, xv);
       load_vec<T, VEC>(dy + col, dyv);
-      backward_dx<T, VEC>(a, col, xv, dyv, mean, rstd, c1, c2, xhat, out);
+      backward_dx<T, VEC>(a, col, xv, dyv, mean, rstd, row_dx, xhat, out);
       store_vec<T, VEC>(dx + col, out);
     }
   }
@@ -947,7 +957,7 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
       add_backward_sums<T, VEC>(a, col, xv, dyv, mean, rstd, sums);
     }
     RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
-    const float c1 = a.rms ? 0.0f : sums[0] * inv_cols, c2 = sums[1] * inv_cols;
+    const RowDx row_dx(rstd, a.rms ? 0.0f : sums[0] * inv_cols, sums[1] * inv_cols);
     T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
@@ -956,7 +966,7 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
       float xv[VEC], dyv[VEC], xhat[VEC], out[VEC];
       load_pack<T, VEC>(x + col, xv);
       load_pack<T, VEC>(dy + col, dyv);
-      backward_dx<T, VEC>(a, col, xv, dyv, mean, rstd, c1, c2, xhat, out);
+      backward_dx<T, VEC>(a, col, xv, dyv, mean, rstd, row_dx, xhat, out);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         acc_g[p][i] += dyv[i] * xhat[i];
@@ -995,9 +1005,9 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
 // three times; at 32768 columns that pass alone took 35% of the time, H100).
 // The two row sums meet through RowShares (stores into each other's shared
 // memory, counted by a transaction barrier). Lanes load their next row
-// while they reduce the current one, and add to their dgamma and dbeta sums
-// while the other blocks' shares come in. partial gets one row of [2][cols]
-// sums per cluster.
+// while they reduce the current one; 16-bit lanes add to their dgamma and
+// dbeta sums while the other blocks' shares come in (kEarlySums). partial
+// gets one row of [2][cols] sums per cluster.
 // A cluster barrier per row (before: arrive after sending the shares, wait
 // before reading them) made every thread's arrive wait out its own loads of
 // the next row and stores of the last (ncu, H100, LayerNorm fp16 49152 x
@@ -1017,6 +1027,14 @@ template <class T, int VEC, int PACKS>
 __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeof(T) == 2 && PACKS * VEC == 8 ? 2 : 0)
     norm_backward_cluster(const xvk_norm_backward_args a, const ParamGradSums sums_out, int slice_cols) {
   constexpr bool kAheadL2 = kL2Prefetch && sizeof(T) == 4;
+  // Float32 lanes add to their dgamma and dbeta sums with the row sums and
+  // keep dy * g for dx; 16-bit lanes add to them while the shares come in
+  // and form dy * g again for dx. H200, two runs, best of two in each:
+  // float32 49152 x 32768 1.2-2.3% faster early, 16384 columns 0-1.0%, 8192
+  // and 4096 columns within 0.3%; 16-bit lanes of one pack 4-6% slower
+  // early (RMSNorm fp16 49152 x 32768 2928 -> 3077 us)
+  // (bench/results/h200-2026-11-29-cluster-trials.txt).
+  constexpr bool kEarlySums = sizeof(T) == 4;
   __shared__ float scratch[2][kMaxWarpsPerBlock];
   __shared__ RowShares shares;
   const ClusterSlice map(slice_cols, a.cols);
@@ -1073,18 +1091,25 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeo
         const float dyg = dy[p][i] * g[p][i];
         sums[0] += dyg;
         sums[1] += dyg * xhat[p][i];
+        if constexpr (kEarlySums) {
+          acc_g[p][i] += dy[p][i] * xhat[p][i];
+          acc_b[p][i] += dy[p][i];
+          dy[p][i] = dyg;
+        }
       }
     RowReducer<0>::all_reduce(sums, SumOp{}, scratch);
     shares.share(map, k, make_float2(sums[0], sums[1]));
+    if constexpr (!kEarlySums) {
 #pragma unroll
-    for (int p = 0; p < PACKS; ++p)
+      for (int p = 0; p < PACKS; ++p)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        acc_g[p][i] += dy[p][i] * xhat[p][i];
-        acc_b[p][i] += dy[p][i];
-      }
+        for (int i = 0; i < VEC; ++i) {
+          acc_g[p][i] += dy[p][i] * xhat[p][i];
+          acc_b[p][i] += dy[p][i];
+        }
+    }
     const float2 total = shares.total(map, k);
-    const float c1 = a.rms ? 0.0f : total.x * inv_cols, c2 = total.y * inv_cols;
+    const RowDx row_dx(rstd, a.rms ? 0.0f : total.x * inv_cols, total.y * inv_cols);
     T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
@@ -1092,7 +1117,7 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeo
       if (col >= end) continue;
       float out[VEC];
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) out[i] = rstd * (dy[p][i] * g[p][i] - c1 - xhat[p][i] * c2);
+      for (int i = 0; i < VEC; ++i) out[i] = row_dx(kEarlySums ? dy[p][i] : dy[p][i] * g[p][i], xhat[p][i]);
       store_vec<T, VEC>(dx + col, out);
     }
   }
