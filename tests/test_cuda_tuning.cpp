@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "cuda/tuning/tuning.hpp"
 
@@ -114,6 +115,48 @@ TEST_CASE("every row of the sm_90 tables is what its operator and flavour get at
   REQUIRE(unsetenv("XVK_TUNING_TABLE") == 0);
   SUBCASE("H100 (HBM3)") { check_sm90_table(tuning_table_for("sm_90", 3352)); }
   SUBCASE("H200 (HBM3e)") { check_sm90_table(tuning_table_for("sm_90", 4915)); }
+}
+
+TEST_CASE("the table index lists each operator and dtype's rows in table order") {
+  REQUIRE(unsetenv("XVK_TUNING_TABLE") == 0);
+  for (const TuningTable *table : {&tuning_table_for("sm_90", 3352), &tuning_table_for("sm_90", 4915)}) {
+    const TuningIndex index(*table);
+    size_t listed = 0;
+    for (int op = 0; op < 4; ++op)
+      for (int dtype = 0; dtype < 3; ++dtype) {
+        std::vector<int> expected;
+        for (int i = 0; i < table->count; ++i)
+          if (table->entries[i].op == op && table->entries[i].dtype == dtype) expected.push_back(i);
+        CAPTURE(op);
+        CAPTURE(dtype);
+        CHECK(index.rows_for(OpKind(op), dtype) == expected);
+        listed += expected.size();
+      }
+    CHECK(listed == size_t(table->count));
+    CHECK(index.rows_for(OpKind(4), 0).empty());
+    CHECK(index.rows_for(OpKind::kSoftmaxForward, 3).empty());
+  }
+}
+
+TEST_CASE("choose_config takes the first matching row through the index, rows of other calls between") {
+  const TuningEntry entries[] = {
+      // op, flavour, dtype, max_rows, max_cols, variant, group, rows, packs, threads, blocks_per_sm
+      {2, int(Flavour::kPlain), 1, 16384, 1024, int(Variant::kReread), 0, 1, 1, 128, 0},
+      {0, int(Flavour::kPlain), 1, 16384, 1024, int(Variant::kReread), 0, 1, 1, 512, 0},
+      {2, int(Flavour::kSecond), 1, 16384, 1024, int(Variant::kReread), 0, 1, 1, 256, 0},
+      {2, int(Flavour::kPlain), 0, INT64_MAX, 1024, int(Variant::kReread), 0, 1, 1, 1024, 0},
+      {2, int(Flavour::kPlain), 1, INT64_MAX, 1024, int(Variant::kReread), 0, 1, 1, 64, 0},
+  };
+  const TuningTable table{"test", entries, 5, nullptr};
+  const TuningIndex index(table);
+  auto threads = [&](Flavour f, int dtype, int64_t rows) {
+    return choose_config(table, index, OpKind::kNormForward, f, dtype, rows, 1024, 8, kSm90).threads;
+  };
+  CHECK(threads(Flavour::kPlain, 1, 8192) == 128);
+  CHECK(threads(Flavour::kSecond, 1, 8192) == 256);
+  CHECK(threads(Flavour::kPlain, 1, 49152) == 64);   // past the first row's max_rows
+  CHECK(threads(Flavour::kPlain, 0, 8192) == 1024);
+  CHECK(choose_config(table, index, OpKind::kSoftmaxForward, Flavour::kPlain, 1, 8192, 1024, 8, kSm90).threads == 512);
 }
 
 TEST_CASE("choose_config matches a row's flavour, and a kAny row serves both") {

@@ -28,6 +28,7 @@ struct DeviceInfo {
   int memory_gbps = 0;  // peak DRAM bandwidth (peak_memory_gbps), 0 if unknown: chooses among an arch's tables
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;
+  TuningIndex table_index;  // table's rows by operator and dtype
   DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block, clusters}; }
 };
 
@@ -126,7 +127,8 @@ inline int64_t element_size(int dtype) { return dtype == XVK_DTYPE_F32 ? 4 : 2; 
 template <class Args>
 Config config_for(const Context &ctx, const Config *forced, OpKind op, Flavour flavour, const Args &a, int vec) {
   return forced ? *forced
-                : choose_config(*ctx.info->table, op, flavour, a.dtype, a.rows, a.cols, vec, ctx.info->limits());
+                : choose_config(*ctx.info->table, ctx.info->table_index, op, flavour, a.dtype, a.rows, a.cols, vec,
+                                ctx.info->limits());
 }
 
 // Runs launch(T{}, IntConst<VEC>{}) for the call's storage type and the

@@ -199,6 +199,7 @@ const DeviceInfo &device_info(int id) {
     }
     info.memory_gbps = peak_memory_gbps(clock_khz, bus_bits);
     info.table = &tuning_table_for(info.arch, info.memory_gbps);
+    info.table_index = TuningIndex(*info.table);
   });
   return g_devices[id];
 }

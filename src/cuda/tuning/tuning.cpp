@@ -275,15 +275,27 @@ bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int
   return bytes <= t->last_use_max_bytes[order][wide];
 }
 
-Config choose_config(const TuningTable &table, OpKind op, Flavour flavour, int dtype, int64_t rows, int64_t cols,
-                     int vec, const DeviceLimits &limits) {
+TuningIndex::TuningIndex(const TuningTable &table) {
+  for (int i = 0; i < table.count; ++i) {
+    const TuningEntry &e = table.entries[i];
+    if (e.op >= 0 && e.op < kOps && e.dtype >= 0 && e.dtype < kDtypes) rows_[e.op][e.dtype].push_back(i);
+  }
+}
+
+const std::vector<int> &TuningIndex::rows_for(OpKind op, int dtype) const {
+  static const std::vector<int> kNone;
+  const int o = int(op);
+  return o >= 0 && o < kOps && dtype >= 0 && dtype < kDtypes ? rows_[o][dtype] : kNone;
+}
+
+Config choose_config(const TuningTable &table, const TuningIndex &index, OpKind op, Flavour flavour, int dtype,
+                     int64_t rows, int64_t cols, int vec, const DeviceLimits &limits) {
   // Tables are tuned on the vector path; the scalar path (odd sizes, unaligned
   // tensors) takes the default rule.
   if (vec > 1) {
-    for (int i = 0; i < table.count; ++i) {
+    for (const int i : index.rows_for(op, dtype)) {
       const TuningEntry &e = table.entries[i];
-      if (e.op != int(op) || (e.flavour != int(Flavour::kAny) && e.flavour != int(flavour)) || e.dtype != dtype ||
-          rows > e.max_rows || cols > e.max_cols)
+      if ((e.flavour != int(Flavour::kAny) && e.flavour != int(flavour)) || rows > e.max_rows || cols > e.max_cols)
         continue;
       Config c;
       c.variant = Variant(e.variant);
@@ -298,6 +310,11 @@ Config choose_config(const TuningTable &table, OpKind op, Flavour flavour, int d
     }
   }
   return default_config(op, dtype, cols, vec, limits);
+}
+
+Config choose_config(const TuningTable &table, OpKind op, Flavour flavour, int dtype, int64_t rows, int64_t cols,
+                     int vec, const DeviceLimits &limits) {
+  return choose_config(table, TuningIndex(table), op, flavour, dtype, rows, cols, vec, limits);
 }
 
 }  // namespace xvk::gpu
