@@ -1603,9 +1603,9 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
       status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
       if (status != XVK_SUCCESS) return;
       const FastDivider div_slots{uint64_t(slots)};
-      kernel<<<unsigned(groups * parts), kThreads, 0, ctx.stream>>>(sh, src, parts, FastDivider(uint64_t(parts)),
-                                                                    int(slots), div_slots, group, w.partials);
-      status = check_launch("batch_norm reduce (channels-first)");
+      status = launch_kernel(ctx, "batch_norm reduce (channels-first)", kernel, dim3(unsigned(groups * parts)),
+                             dim3(kThreads), 0, sh, src, parts, FastDivider(uint64_t(parts)), int(slots), div_slots,
+                             group, w.partials);
     } else {
       const int64_t col_vectors = (sh.row_len + VEC - 1) / VEC;
       // Lanes across a row: a warp channels-last (rows of c), the source's
@@ -1619,8 +1619,8 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
                                                             65535})));
         status = workspace_for(ctx, sh.c, int64_t(parts) * sh.row_len * Src::K, w);
         if (status != XVK_SUCCESS) return;
-        kernel<<<dim3(unsigned(tiles), unsigned(parts)), kThreads, 0, ctx.stream>>>(sh, src, tile, w.partials);
-        status = check_launch("batch_norm reduce (columns)");
+        status = launch_kernel(ctx, "batch_norm reduce (columns)", kernel, dim3(unsigned(tiles), unsigned(parts)),
+                               dim3(kThreads), 0, sh, src, tile, w.partials);
       };
       // Both layouts share one instance where the source's two block bounds
       // agree; `vec` below keeps each layout within its source's widest vector.

@@ -62,6 +62,8 @@ struct Context {
   std::unordered_map<KernelShape, int, KernelShapeHash> resident_blocks;
   // (kernel, threads, blocks per cluster) -> clusters on the device, likewise.
   std::unordered_map<KernelShape, int, KernelShapeHash> resident_cluster_counts;
+  // kernel -> its launch handle on this context's device (found once).
+  std::unordered_map<const void *, KernelHandle> kernel_handles;
 
   // Scratch of at least `bytes` on the device, reused across calls.
   error_t workspace(size_t bytes, void **out);
@@ -83,6 +85,15 @@ struct Context {
     if (occupancy_blocks_per_sm(&blocks, kernel, threads, smem) != kSuccess || blocks < 1) blocks = 1;
     resident_blocks.emplace(key, blocks);
     return blocks;
+  }
+  // The launch handle of a kernel (looked up once; a failed lookup leaves a
+  // handle that launches through the runtime).
+  const KernelHandle &handle(const void *kernel) {
+    auto it = kernel_handles.find(kernel);
+    if (it != kernel_handles.end()) return it->second;
+    KernelHandle h;
+    if (find_kernel_handle(&h, kernel) != kSuccess) (void)get_last_error();
+    return kernel_handles.emplace(kernel, h).first->second;
   }
   // Clusters of `cluster` blocks (no dynamic shared memory) resident on the
   // device at once, for launch_clustered (queried once per shape; at least 1).
@@ -156,6 +167,27 @@ inline int grid_blocks(const Context &ctx, int64_t work_blocks, int resident_per
   return int(work_blocks < resident ? (work_blocks < 1 ? 1 : work_blocks) : resident);
 }
 
+// launch_kernel's second half: the launch, given the parameters' values
+// (already of the kernel's types) to take the addresses of.
+template <class... Params>
+xvk_status_t launch_with_values(Context &ctx, const char *name, const void *kernel, dim3 grid, dim3 block,
+                                size_t smem, Params &&...values) {
+  void *params[] = {static_cast<void *>(&values)..., nullptr};
+  const error_t e = launch_by_handle(ctx.handle(kernel), grid, block, smem, ctx.stream, params);
+  if (e == kSuccess) return XVK_SUCCESS;
+  (void)get_last_error();  // the runtime's record of the failure: reported here instead
+  return device_error(name, e);
+}
+// Launches kernel(args...) on the context's stream by the kernel's handle
+// (portability.cuh: launch_by_handle), each argument converted to its
+// parameter's type as <<<>>> would, and reports a failure under `name`.
+// Every plain launch in the backend goes through here.
+template <class... Params, class... Args>
+xvk_status_t launch_kernel(Context &ctx, const char *name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                           size_t smem, const Args &...args) {
+  return launch_with_values(ctx, name, reinterpret_cast<const void *>(kernel), grid, block, smem, Params(args)...);
+}
+
 // launch_dependent (portability.cuh) on the context's stream, overlapping the
 // previous kernel where the device can; the kernel calls
 // wait_for_prior_kernel() before it reads what that kernel wrote.
@@ -169,16 +201,15 @@ xvk_status_t launch_after_previous(Context &ctx, const char *name, void (*kernel
 // Launches a persistent grid-stride kernel over `rows` rows, rows_per_block
 // at a time, with Config c's threads and resident-block cap, and `smem`
 // bytes of dynamic shared memory per block.
-template <class Kernel, class... Args>
-xvk_status_t launch_rows_smem(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
+template <class... Params, class... Args>
+xvk_status_t launch_rows_smem(Context &ctx, const Config &c, void (*kernel)(Params...), const char *name, int64_t rows,
                               int64_t rows_per_block, size_t smem, const Args &...args) {
   const int resident = ctx.blocks_per_sm(kernel, c.threads, smem);
   const int blocks = grid_blocks(ctx, ceil_div(rows, rows_per_block), resident, c.blocks_per_sm);
-  kernel<<<blocks, c.threads, smem, ctx.stream>>>(args...);
-  return check_launch(name);
+  return launch_kernel(ctx, name, kernel, dim3(blocks), dim3(c.threads), smem, args...);
 }
-template <class Kernel, class... Args>
-xvk_status_t launch_rows(Context &ctx, const Config &c, Kernel kernel, const char *name, int64_t rows,
+template <class... Params, class... Args>
+xvk_status_t launch_rows(Context &ctx, const Config &c, void (*kernel)(Params...), const char *name, int64_t rows,
                          int64_t rows_per_block, const Args &...args) {
   return launch_rows_smem(ctx, c, kernel, name, rows, rows_per_block, 0, args...);
 }
@@ -222,15 +253,12 @@ int env_switch(const char *name);
 // launch_rows for the block register kernels (a row per block): `ahead`, the
 // build that asks L2 for the next row (kHasAhead), when l2_row_ahead says
 // so for its grid, else `plain`.
-template <bool kHasAhead, class Kernel, class... Args>
-xvk_status_t launch_block_rows(Context &ctx, const Config &c, Kernel plain, Kernel ahead, const char *name, int64_t rows,
-                               int64_t row_bytes, const Args &...args) {
+template <bool kHasAhead, class... Params, class... Args>
+xvk_status_t launch_block_rows(Context &ctx, const Config &c, void (*plain)(Params...), void (*ahead)(Params...),
+                               const char *name, int64_t rows, int64_t row_bytes, const Args &...args) {
   if constexpr (kHasAhead) {
     const int blocks = grid_blocks(ctx, rows, ctx.blocks_per_sm(ahead, c.threads, 0), c.blocks_per_sm);
-    if (l2_row_ahead(ctx, blocks, row_bytes)) {
-      ahead<<<blocks, c.threads, 0, ctx.stream>>>(args...);
-      return check_launch(name);
-    }
+    if (l2_row_ahead(ctx, blocks, row_bytes)) return launch_kernel(ctx, name, ahead, dim3(blocks), dim3(c.threads), 0, args...);
   }
   return launch_rows(ctx, c, plain, name, rows, 1, args...);
 }

@@ -1374,9 +1374,9 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
       status = launch_rows(ctx, c, norm_backward_reread<T, VEC>, "norm_backward_reread", a.rows, 1, a);
       if (status != XVK_SUCCESS || !want_params) return status;
     }
-    norm_param_grad_columns<T, VEC><<<dim3(unsigned(col_blocks), unsigned(parts)), threads, 0, ctx.stream>>>(
-        a, scratch.sums.partial, rows_per_chunk);
-    status = check_launch("norm_param_grad_columns");
+    status = launch_kernel(ctx, "norm_param_grad_columns", norm_param_grad_columns<T, VEC>,
+                           dim3(unsigned(col_blocks), unsigned(parts)), dim3(threads), 0, a, scratch.sums.partial,
+                           rows_per_chunk);
     return status == XVK_SUCCESS ? finalize(ctx, a, scratch) : status;
   }
   // smem: the group variants' cross-warp sums, two packs of columns (double-buffered).
@@ -1388,8 +1388,7 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
     // The kernel's last block adds up the parts when they are few.
     const bool in_kernel = want_params && InKernelFinalize(parts, a.cols, c.threads).loads <= kInKernelFinalizeLoads;
     if (want_params && (status = param_grad_scratch(ctx, parts, a.cols, in_kernel, &scratch)) != XVK_SUCCESS) return;
-    kernel<<<blocks, c.threads, smem, ctx.stream>>>(a, scratch.sums);
-    status = check_launch(name);
+    status = launch_kernel(ctx, name, kernel, dim3(blocks), dim3(c.threads), smem, a, scratch.sums);
     if (status == XVK_SUCCESS && want_params && !in_kernel) status = finalize(ctx, a, scratch);
   };
   if (c.variant == Variant::kGroup) {

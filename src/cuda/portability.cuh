@@ -17,6 +17,7 @@
 #define XVK_GPU_CUDA 0
 #else
 #include <cuda_bf16.h>
+#include <cuda.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #define XVK_GPU_HIP 0
@@ -69,6 +70,19 @@ inline error_t launch_cooperative(Kernel kernel, unsigned blocks, unsigned threa
                                   stream_t s) {
   return hipLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(threads), args,
                                     unsigned(smem), s);
+}
+// A plain launch by handle (see the CUDA form): HIP's handle is the kernel's
+// own address.
+struct KernelHandle {
+  const void *kernel;
+};
+inline error_t find_kernel_handle(KernelHandle *handle, const void *kernel) {
+  handle->kernel = kernel;
+  return hipSuccess;
+}
+inline error_t launch_by_handle(const KernelHandle &handle, dim3 grid, dim3 block, size_t smem, stream_t s,
+                                void **params) {
+  return hipLaunchKernel(handle.kernel, grid, block, params, smem, s);
 }
 // A launch that may start while the stream's previous kernel finishes (see
 // the CUDA form); HIP has none, so a plain launch.
@@ -134,6 +148,51 @@ inline error_t launch_cooperative(Kernel kernel, unsigned blocks, unsigned threa
                                   stream_t s) {
   return cudaLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(threads), args, smem,
                                      s);
+}
+// A plain launch by handle: the driver's function for the kernel on the
+// current device, looked up once (find_kernel_handle) and launched through
+// the driver's cuLaunchKernel, which the runtime hands out. <<<>>> and
+// cudaLaunchKernel look the function up again on every call: the driver's
+// call was 0.1-0.5 us cheaper per launch on an H100 host
+// (bench/results/h100-2026-11-27-launch-cost.txt). A null handle (lookup
+// failed), no driver entry point, or a refused launch goes through
+// cudaLaunchKernel instead, which then reports the failure in the runtime's
+// own terms.
+struct KernelHandle {
+  CUfunction function;
+  const void *kernel;  // the host stub, for the runtime's launch
+};
+inline error_t find_kernel_handle(KernelHandle *handle, const void *kernel) {
+  handle->kernel = kernel;
+  handle->function = nullptr;
+  cudaFunction_t f = nullptr;
+  const error_t e = cudaGetFuncBySymbol(&f, kernel);
+  if (e == cudaSuccess) handle->function = f;
+  return e;
+}
+using driver_launch_t = CUresult(CUDAAPI *)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                            unsigned, CUstream, void **, void **);
+inline driver_launch_t driver_launch_kernel() {
+  static const driver_launch_t fn = [] {
+    void *entry = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuLaunchKernel", &entry, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      entry = nullptr;
+    }
+    return reinterpret_cast<driver_launch_t>(entry);
+  }();
+  return fn;
+}
+inline error_t launch_by_handle(const KernelHandle &handle, dim3 grid, dim3 block, size_t smem, stream_t s,
+                                void **params) {
+  if (handle.function)
+    if (const driver_launch_t launch = driver_launch_kernel())
+      if (launch(handle.function, grid.x, grid.y, grid.z, block.x, block.y, block.z, unsigned(smem), s, params,
+                 nullptr) == CUDA_SUCCESS)
+        return cudaSuccess;
+  return cudaLaunchKernel(handle.kernel, grid, block, params, smem, s);
 }
 // A launch that may start while the stream's previous kernel finishes
 // (programmatic dependent launch, sm_90 and later; `overlap` false: a plain
