@@ -2,7 +2,8 @@
 // The issue's host-cost target is under 3 us per call, and xvk-bench's floor
 // (an empty kernel launched with <<<>>>) measured 2.8-3.8 us on the H100
 // machines: this times that floor against the runtime's other launch calls
-// and the driver's cuLaunchKernel, with a parameter block as large as the
+// and the driver's cuLaunchKernel and cuLaunchKernelEx (plain and with the
+// programmatic dependent launch attribute), with a parameter block as large as the
 // softmax forward's and with an 8-byte one. Same scheme as xvk-bench's host
 // cost: 10,000 calls in batches of 100 with a synchronization between
 // batches (outside the timed part), the ways taking turns over 5 rounds,
@@ -72,6 +73,24 @@ int main(int argc, char **argv) {
     return 2;
   }
   const auto cuLaunchKernel = reinterpret_cast<LaunchKernelFn>(entry);
+  // cuLaunchKernelEx (CUDA 12.0), plain and with the programmatic-serialization attribute.
+  void *entry_ex = nullptr;
+  CUDA_OK(cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &entry_ex, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || !entry_ex) {
+    std::fprintf(stderr, "xvk-launch-cost: the driver has no cuLaunchKernelEx\n");
+    return 2;
+  }
+  using LaunchKernelExFn = CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **);
+  const auto cuLaunchKernelEx = reinterpret_cast<LaunchKernelExFn>(entry_ex);
+  CUlaunchConfig cu_cfg{};
+  cu_cfg.gridDimX = cu_cfg.gridDimY = cu_cfg.gridDimZ = 1;
+  cu_cfg.blockDimX = 32, cu_cfg.blockDimY = cu_cfg.blockDimZ = 1;
+  cu_cfg.hStream = stream;
+  CUlaunchAttribute cu_pdl{};
+  cu_pdl.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  cu_pdl.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cu_pdl_cfg = cu_cfg;
+  cu_pdl_cfg.attrs = &cu_pdl, cu_pdl_cfg.numAttrs = 1;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(1), cfg.blockDim = dim3(32), cfg.stream = g_stream;
   cudaLaunchAttribute pdl{};
@@ -85,6 +104,8 @@ int main(int argc, char **argv) {
       {"cudaLaunchKernelEx, softmax-sized", [&] { CUDA_OK(cudaLaunchKernelEx(&cfg, empty_big, big)); }, {}},
       {"cudaLaunchKernelEx + PDL attribute", [&] { CUDA_OK(cudaLaunchKernelEx(&pdl_cfg, empty_big, big)); }, {}},
       {"cuLaunchKernel, softmax-sized", [&] { CU_OK(cuLaunchKernel(big_fn, 1, 1, 1, 32, 1, 1, 0, stream, big_args, nullptr)); }, {}},
+      {"cuLaunchKernelEx, softmax-sized", [&] { CU_OK(cuLaunchKernelEx(&cu_cfg, big_fn, big_args, nullptr)); }, {}},
+      {"cuLaunchKernelEx + PDL attribute", [&] { CU_OK(cuLaunchKernelEx(&cu_pdl_cfg, big_fn, big_args, nullptr)); }, {}},
       {"<<<>>>, 8-byte args", [&] { empty_small<<<1, 32, 0, g_stream>>>(small); }, {}},
       {"cuLaunchKernel, 8-byte args", [&] { CU_OK(cuLaunchKernel(small_fn, 1, 1, 1, 32, 1, 1, 0, stream, small_args, nullptr)); }, {}},
   };

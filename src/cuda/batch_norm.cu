@@ -25,9 +25,9 @@
 // training forward that fits in shared memory may instead run as one
 // cooperative kernel (forward_single_pass, forward_single_pass_last for
 // channels-last), which reads x once, where the tuning table says it is
-// faster (tuning/sm90_batch_norm.cpp has the measurements). finalize and
-// pass 2 start by launch_after_previous (programmatic dependent launch on
-// sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
+// faster (tuning/sm90_batch_norm.cpp has the measurements). Like every
+// kernel, finalize and pass 2 start by launch_kernel (programmatic dependent
+// launch on sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
 // launch earlier still (griddepcontrol.launch_dependents in the kernel before)
 // was slower after pass 1: their resident, waiting blocks took the slots of
@@ -316,7 +316,7 @@ __device__ __forceinline__ void store_mask_word(uint32_t *mask, int64_t e, uint3
 template <class T, int VEC, bool UNIFORM>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply(Shape sh, const T *x, const T *z, T *y, uint32_t *mask,
                                                           const CoefTable coef, int do_relu) {
-  wait_for_prior_kernel();  // launch_dependent
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   const int lane = lane_id();
   const int64_t vectors = (sh.numel + VEC - 1) / VEC;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -381,7 +381,7 @@ template <class T, int VEC, bool UNIFORM>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shape sh, const T *dy, const T *x, const T *y,
                                                            const uint32_t *mask, T *dx, T *dz, const Coef *coef,
                                                            int do_relu) {
-  wait_for_prior_kernel();  // launch_dependent
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   const int64_t vectors = (sh.numel + VEC - 1) / VEC;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
@@ -457,7 +457,7 @@ template <class T, int VEC, int SETS, bool LAST>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const CoefTable coef, int do_relu,
                                                                int tile) {
-  wait_for_prior_kernel();  // launch_dependent
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   const bool active = col0 < sh.row_len;
@@ -513,7 +513,7 @@ template <class T, int VEC, int SETS, bool LAST>
 __global__ void __launch_bounds__(kThreads, (kBackwardRowsMinBlocks<VEC, SETS>))
     backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y, const uint32_t *mask, T *dx, T *dz,
                         const Coef *coef, int do_relu, int tile) {
-  wait_for_prior_kernel();  // launch_dependent
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   if (col0 >= sh.row_len) return;
@@ -942,6 +942,7 @@ template <class Src, int VEC, bool RAGGED>
 __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>))  // () for macro forms
     reduce_channels_first(Shape sh, Src src, int parts, FastDivider div_parts, int slots, FastDivider div_slots,
                           int group, float *partials) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   using Op = Src;
   constexpr int U = Src::kBatch;
   constexpr uint32_t kAll = (1u << VEC) - 1u;
@@ -1024,6 +1025,7 @@ __global__ void __launch_bounds__(kThreads, (kReduceFirstMinBlocks<Src, RAGGED>)
 template <class Src, int VEC, bool LONG_ROWS>
 __global__ void __launch_bounds__(kThreads, LONG_ROWS ? Src::kLongRowMinBlocks : Src::kLastMinBlocks)
     reduce_columns(Shape sh, Src src, int tile, float *partials) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   using Op = Src;
   constexpr int U = Src::kRowBatch;
   __shared__ float tree[VEC][Op::K][kThreads];  // thread innermost: no bank conflicts
@@ -1116,7 +1118,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t ch = int64_t(blockIdx.x) * (blockDim.x / tpc) + threadIdx.x / tpc;
   typename Finish::Inputs in{};
   if (sub == 0 && ch < c) in = finish.load(ch);
-  wait_for_prior_kernel();  // launch_dependent
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   allow_next_kernel();
   float a[Op::K];
   Op::identity(a);
@@ -1228,6 +1230,7 @@ template <class T, int VEC>
 __global__ void __launch_bounds__(kSinglePassThreads)
     forward_single_pass(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish<T> stats,
                         float *plane_stats, unsigned *counter) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   constexpr int K = Welford::K;
   extern __shared__ Coef smem_coef[];  // 16-byte aligned
   __shared__ float warp_state[kMaxWarpsPerBlock][K];
@@ -1357,6 +1360,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     forward_single_pass_last(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu,
                              StatsFinish<T> stats, float *block_stats, unsigned *counter, int row_align,
                              Coef *channel_coef) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   constexpr int K = Welford::K;
   static_assert(VEC >= 4, "the padded coefficient arrays fit in the room of c Coefs");
   extern __shared__ Coef smem_coef[];  // 16-byte aligned
@@ -1653,8 +1657,8 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     while (tpc < kThreads && int64_t(tpc) * 2 < states && finalize_blocks(tpc) < int64_t(ctx.info->sm_count))
       tpc *= 2;
     auto fin = finalize<Src, decltype(make_finish(w.coef))>;
-    status = launch_after_previous(ctx, "batch_norm finalize", fin, dim3(unsigned(finalize_blocks(tpc))),
-                                   dim3(kThreads), sh.c, parts, per, tpc, w.partials, make_finish(w.coef));
+    status = launch_kernel(ctx, "batch_norm finalize", fin, dim3(unsigned(finalize_blocks(tpc))),
+                           dim3(kThreads), 0, sh.c, parts, per, tpc, w.partials, make_finish(w.coef));
     *coef_out = w.coef;
   };
   const int vec = !p.reduce_columns ? p.reduce_vec
@@ -1860,16 +1864,16 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
           });
         });
         const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
-        return launch_after_previous(ctx, "batch_norm forward (rows)", kernel, g.grid, dim3(kThreads), p.sh,
-                                     static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
-                                     a.mask, table, a.relu, g.tile);
+        return launch_kernel(ctx, "batch_norm forward (rows)", kernel, g.grid, dim3(kThreads), 0, p.sh,
+                             static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
+                             a.mask, table, a.relu, g.tile);
       }
     }
     auto kernel = vectors_in_one_channel(p, VEC) ? forward_apply<T, VEC, true> : forward_apply<T, VEC, false>;
-    return launch_after_previous(ctx, "batch_norm forward", kernel,
-                                 dim3(apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC)), dim3(kThreads), p.sh,
-                                 static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
-                                 a.mask, table, a.relu);
+    return launch_kernel(ctx, "batch_norm forward", kernel,
+                         dim3(apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC)), dim3(kThreads), 0, p.sh,
+                         static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
+                         a.mask, table, a.relu);
   };
   return p.apply_vec > 1 ? apply(IntConst<kMaxVec<T>>{}) : apply(IntConst<1>{});
 }
@@ -1908,18 +1912,18 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
           });
         });
         const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
-        return launch_after_previous(ctx, "batch_norm backward (rows)", kernel, g.grid, dim3(kThreads), p.sh,
-                                     static_cast<const T *>(a.dy), static_cast<const T *>(a.x),
-                                     static_cast<const T *>(a.y), a.mask, static_cast<T *>(a.dx),
-                                     static_cast<T *>(a.dz), static_cast<const Coef *>(coef), a.relu, g.tile);
+        return launch_kernel(ctx, "batch_norm backward (rows)", kernel, g.grid, dim3(kThreads), 0, p.sh,
+                             static_cast<const T *>(a.dy), static_cast<const T *>(a.x),
+                             static_cast<const T *>(a.y), a.mask, static_cast<T *>(a.dx),
+                             static_cast<T *>(a.dz), static_cast<const Coef *>(coef), a.relu, g.tile);
       }
     }
     auto kernel = vectors_in_one_channel(p, VEC) ? backward_apply<T, VEC, true> : backward_apply<T, VEC, false>;
-    return launch_after_previous(ctx, "batch_norm backward", kernel,
-                                 dim3(apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC)), dim3(kThreads), p.sh,
-                                 static_cast<const T *>(a.dy), static_cast<const T *>(a.x),
-                                 static_cast<const T *>(a.y), a.mask, static_cast<T *>(a.dx), static_cast<T *>(a.dz),
-                                 static_cast<const Coef *>(coef), a.relu);
+    return launch_kernel(ctx, "batch_norm backward", kernel,
+                         dim3(apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC)), dim3(kThreads), 0, p.sh,
+                         static_cast<const T *>(a.dy), static_cast<const T *>(a.x),
+                         static_cast<const T *>(a.y), a.mask, static_cast<T *>(a.dx), static_cast<T *>(a.dz),
+                         static_cast<const Coef *>(coef), a.relu);
   };
   return p.apply_vec > 1 ? apply(IntConst<kMaxVec<T>>{}) : apply(IntConst<1>{});
 }

@@ -22,7 +22,7 @@ struct DeviceInfo {
   int max_threads_per_sm = 2048;
   int max_smem_per_block = 48 * 1024;  // with the opt-in for dynamic shared memory
   bool cooperative_launch = false;
-  bool dependent_launch = false;  // launch_dependent may overlap kernels (NVIDIA sm_90 and later)
+  bool dependent_launch = false;  // launches may overlap the previous kernel (NVIDIA sm_90 and later)
   bool clusters = false;          // launch_clustered works here (NVIDIA sm_90 and later, code built for it)
   int64_t l2_bytes = 0;
   int memory_gbps = 0;  // peak DRAM bandwidth (peak_memory_gbps), 0 if unknown: chooses among an arch's tables
@@ -173,7 +173,8 @@ template <class... Params>
 xvk_status_t launch_with_values(Context &ctx, const char *name, const void *kernel, dim3 grid, dim3 block,
                                 size_t smem, Params &&...values) {
   void *params[] = {static_cast<void *>(&values)..., nullptr};
-  const error_t e = launch_by_handle(ctx.handle(kernel), grid, block, smem, ctx.stream, params);
+  const error_t e =
+      launch_by_handle(ctx.handle(kernel), grid, block, smem, ctx.stream, params, ctx.info->dependent_launch);
   if (e == kSuccess) return XVK_SUCCESS;
   (void)get_last_error();  // the runtime's record of the failure: reported here instead
   return device_error(name, e);
@@ -181,21 +182,14 @@ xvk_status_t launch_with_values(Context &ctx, const char *name, const void *kern
 // Launches kernel(args...) on the context's stream by the kernel's handle
 // (portability.cuh: launch_by_handle), each argument converted to its
 // parameter's type as <<<>>> would, and reports a failure under `name`.
-// Every plain launch in the backend goes through here.
+// Where the device allows, the launch may overlap the stream's previous
+// kernel (programmatic dependent launch), so the kernel must call
+// wait_for_prior_kernel() before it touches memory. Every launch in the
+// backend but the cluster and cooperative ones goes through here.
 template <class... Params, class... Args>
 xvk_status_t launch_kernel(Context &ctx, const char *name, void (*kernel)(Params...), dim3 grid, dim3 block,
                            size_t smem, const Args &...args) {
   return launch_with_values(ctx, name, reinterpret_cast<const void *>(kernel), grid, block, smem, Params(args)...);
-}
-
-// launch_dependent (portability.cuh) on the context's stream, overlapping the
-// previous kernel where the device can; the kernel calls
-// wait_for_prior_kernel() before it reads what that kernel wrote.
-template <class... Params, class... Args>
-xvk_status_t launch_after_previous(Context &ctx, const char *name, void (*kernel)(Params...), dim3 grid, dim3 block,
-                                   const Args &...args) {
-  const error_t e = launch_dependent(kernel, grid, block, ctx.stream, ctx.info->dependent_launch, args...);
-  return e == kSuccess ? check_launch(name) : device_error(name, e);
 }
 
 // Launches a persistent grid-stride kernel over `rows` rows, rows_per_block

@@ -152,10 +152,10 @@ const xvk_backend_ops g_ops = {
 #if !XVK_GPU_HIP
 // Built with the library's architecture list like every kernel: whether the
 // code device `id` runs was compiled for sm_90 or later, so that it has the
-// wait launch_dependent's overlap relies on (wait_for_prior_kernel is empty
+// wait launch_kernel's overlap relies on (wait_for_prior_kernel is empty
 // in code built for older architectures, as an sm_80-only build run on an
 // H100 would be).
-__global__ void architecture_probe() {}
+__global__ void architecture_probe() { wait_for_prior_kernel(); }
 
 bool runs_sm90_code(int id) {
   int current = -1;

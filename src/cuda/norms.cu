@@ -165,6 +165,7 @@ inline constexpr bool kHoldForwardPacks = sizeof(T) == 2 && VEC % 2 == 0 && G > 
 // its next row once the current row's loads are done.
 template <class T, int VEC, int PACKS, int G, int ROWS, bool kAhead = false>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) norm_forward_registers(const xvk_norm_forward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheForwardAffine<T, PACKS, VEC>;
@@ -534,6 +535,7 @@ __device__ __forceinline__ void norm_forward_streamed(const xvk_norm_forward_arg
 
 template <class T, int VEC>
 __global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[3][kMaxWarpsPerBlock];
   norm_forward_streamed<T, VEC, false>(a, nullptr, scratch);
 }
@@ -541,6 +543,7 @@ __global__ void __launch_bounds__(1024) norm_forward_reread(const xvk_norm_forwa
 // The row in shared memory: launched with shared_bytes(kNormForward, cols) of it.
 template <class T, int VEC>
 __global__ void __launch_bounds__(1024) norm_forward_shared(const xvk_norm_forward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[3][kMaxWarpsPerBlock];
   extern __shared__ uint4 shared_row[];  // one name and type for every instantiation; 16-byte aligned
   norm_forward_streamed<T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
@@ -669,6 +672,7 @@ struct RowDx {
 template <class T, int VEC, int PACKS, int G, int ROWS>
 __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackward, G, PACKS * VEC * ROWS, int(sizeof(T))))
     norm_backward_registers(const xvk_norm_backward_args a, const ParamGradSums sums_out) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[2 * ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;
   constexpr bool kPrefetch = PACKS * VEC * ROWS <= kNormBackwardPrefetchElems;
@@ -872,6 +876,7 @@ __device__ __forceinline__ void backward_dx(const xvk_norm_backward_args &a, int
 
 template <class T, int VEC>
 __global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_backward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[2][kMaxWarpsPerBlock];
   const int64_t step = int64_t(blockDim.x) * VEC;
   const float inv_cols = 1.0f / float(a.cols);
@@ -911,6 +916,7 @@ __global__ void __launch_bounds__(1024) norm_backward_reread(const xvk_norm_back
 template <class T, int VEC, int PACKS, bool kBetaShared>
 __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShared))
     norm_backward_reread_sums(const xvk_norm_backward_args a, const ParamGradSums sums_out) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[2][kMaxWarpsPerBlock];
   extern __shared__ float4 beta_sums[];  // kBetaShared: [blockDim.x][kBetaRun]
   static_assert(!kBetaShared || PACKS * VEC % 4 == 0, "shared dbeta sums are kept as float4s");
@@ -1026,6 +1032,7 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
 template <class T, int VEC, int PACKS>
 __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeof(T) == 2 && PACKS * VEC == 8 ? 2 : 0)
     norm_backward_cluster(const xvk_norm_backward_args a, const ParamGradSums sums_out, int slice_cols) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   constexpr bool kAheadL2 = kL2Prefetch && sizeof(T) == 4;
   // Float32 lanes add to their dgamma and dbeta sums with the row sums and
   // keep dy * g for dx; 16-bit lanes add to them while the shares come in
@@ -1139,6 +1146,7 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeo
 template <class T, int VEC>
 __global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_backward_args a, float *partial,
                                                               int64_t rows_per_chunk) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
   if (col >= a.cols) return;
   const int64_t begin = int64_t(blockIdx.y) * rows_per_chunk;
@@ -1176,7 +1184,7 @@ constexpr int kFinalizeInFlight = 8;
 __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
     norm_backward_finalize(const xvk_norm_backward_args a, const float *partial, int64_t parts, float *slice_sums,
                            unsigned *counters) {
-  wait_for_prior_kernel();  // started by launch_after_previous
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float lane_sums[kFinalizeMaxLanes][2][kFinalizeTileCols];
   __shared__ bool last;
   const int x = int(threadIdx.x), y = int(threadIdx.y), lanes = int(blockDim.y);
@@ -1352,8 +1360,8 @@ xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool 
 xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const ParamGradScratch &s) {
   float *slice_sums = s.sums.partial + s.parts * 2 * a.cols;
   const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(kFinalizeTileCols, unsigned(s.grid.lanes));
-  return launch_after_previous(ctx, "norm_backward_finalize", norm_backward_finalize, blocks, block, a,
-                               s.sums.partial, s.parts, slice_sums, s.finalize_counters);
+  return launch_kernel(ctx, "norm_backward_finalize", norm_backward_finalize, blocks, block, 0, a,
+                       s.sums.partial, s.parts, slice_sums, s.finalize_counters);
 }
 
 template <class T, int VEC>

@@ -80,16 +80,10 @@ inline error_t find_kernel_handle(KernelHandle *handle, const void *kernel) {
   handle->kernel = kernel;
   return hipSuccess;
 }
+// `overlap` (programmatic dependent launch, see the CUDA form): HIP has none.
 inline error_t launch_by_handle(const KernelHandle &handle, dim3 grid, dim3 block, size_t smem, stream_t s,
-                                void **params) {
+                                void **params, bool /*overlap*/) {
   return hipLaunchKernel(handle.kernel, grid, block, params, smem, s);
-}
-// A launch that may start while the stream's previous kernel finishes (see
-// the CUDA form); HIP has none, so a plain launch.
-template <class... Params, class... Args>
-inline error_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, stream_t s, bool, Args... args) {
-  kernel<<<grid, block, 0, s>>>(args...);
-  return hipGetLastError();
 }
 // Thread block clusters (kClusterLaunch): none on AMD. Never called there:
 // DeviceInfo::clusters is false, so no configuration asks for them.
@@ -149,15 +143,21 @@ inline error_t launch_cooperative(Kernel kernel, unsigned blocks, unsigned threa
   return cudaLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(blocks), dim3(threads), args, smem,
                                      s);
 }
-// A plain launch by handle: the driver's function for the kernel on the
-// current device, looked up once (find_kernel_handle) and launched through
-// the driver's cuLaunchKernel, which the runtime hands out. <<<>>> and
-// cudaLaunchKernel look the function up again on every call: the driver's
-// call was 0.1-0.5 us cheaper per launch on an H100 host
-// (bench/results/h100-2026-11-27-launch-cost.txt). A null handle (lookup
-// failed), no driver entry point, or a refused launch goes through
-// cudaLaunchKernel instead, which then reports the failure in the runtime's
-// own terms.
+// A launch by handle: the driver's function for the kernel on the current
+// device, looked up once (find_kernel_handle) and launched through the
+// driver's cuLaunchKernelEx, which the runtime hands out. <<<>>> and the
+// runtime's launch calls look the function up again on every call.
+// `overlap` (sm_90 and later) launches it as a programmatic dependent launch:
+// its blocks may be scheduled as soon as the stream's previous kernel's
+// blocks have all ended (or let it, allow_next_kernel) instead of after that
+// kernel's grid completes, and the kernel must call wait_for_prior_kernel()
+// before it reads or writes memory that kernel may touch. Both cut the host's
+// cost: per launch of an empty kernel on the H200 machine's host, <<<>>>
+// 4.41-6.00 us, cuLaunchKernel 4.02-5.57, cuLaunchKernelEx with the attribute
+// 3.34-4.58 (bench/results/h200-2026-11-29-launch-by-handle.txt). A null
+// handle (lookup failed), no driver entry point, or a refused launch goes
+// through cudaLaunchKernelExC instead, which reports a failure in the
+// runtime's own terms.
 struct KernelHandle {
   CUfunction function;
   const void *kernel;  // the host stub, for the runtime's launch
@@ -170,13 +170,12 @@ inline error_t find_kernel_handle(KernelHandle *handle, const void *kernel) {
   if (e == cudaSuccess) handle->function = f;
   return e;
 }
-using driver_launch_t = CUresult(CUDAAPI *)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                            unsigned, CUstream, void **, void **);
+using driver_launch_t = CUresult(CUDAAPI *)(const CUlaunchConfig *, CUfunction, void **, void **);
 inline driver_launch_t driver_launch_kernel() {
   static const driver_launch_t fn = [] {
     void *entry = nullptr;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuLaunchKernel", &entry, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &entry, 12000, cudaEnableDefault, &found) != cudaSuccess ||
         found != cudaDriverEntryPointSuccess) {
       (void)cudaGetLastError();
       entry = nullptr;
@@ -186,33 +185,32 @@ inline driver_launch_t driver_launch_kernel() {
   return fn;
 }
 inline error_t launch_by_handle(const KernelHandle &handle, dim3 grid, dim3 block, size_t smem, stream_t s,
-                                void **params) {
+                                void **params, bool overlap) {
   if (handle.function)
-    if (const driver_launch_t launch = driver_launch_kernel())
-      if (launch(handle.function, grid.x, grid.y, grid.z, block.x, block.y, block.z, unsigned(smem), s, params,
-                 nullptr) == CUDA_SUCCESS)
-        return cudaSuccess;
-  return cudaLaunchKernel(handle.kernel, grid, block, params, smem, s);
-}
-// A launch that may start while the stream's previous kernel finishes
-// (programmatic dependent launch, sm_90 and later; `overlap` false: a plain
-// launch): its blocks can be resident and past their prologue when the
-// previous kernel's last blocks end, instead of the launch waiting for them.
-// The kernel must call wait_for_prior_kernel() before it touches memory that
-// kernel wrote.
-template <class... Params, class... Args>
-inline error_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, stream_t s, bool overlap,
-                                Args... args) {
-  cudaLaunchConfig_t config = {};
+    if (const driver_launch_t launch = driver_launch_kernel()) {
+      CUlaunchAttribute attribute{};
+      attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
+      config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
+      config.sharedMemBytes = unsigned(smem);
+      config.hStream = s;
+      config.attrs = &attribute;
+      config.numAttrs = overlap ? 1 : 0;
+      if (launch(&config, handle.function, params, nullptr) == CUDA_SUCCESS) return cudaSuccess;
+    }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = smem;
   config.stream = s;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
+  config.attrs = &attribute;
   config.numAttrs = overlap ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, Params(args)...);
+  return cudaLaunchKernelExC(&config, handle.kernel, params);
 }
 // The PTX version (e.g. 90) a kernel's code on the current device was built
 // from, or 0 if unknown.
@@ -454,16 +452,18 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 #endif
 }
 
-// In a kernel started by launch_dependent: waits until the stream's previous
-// kernel has finished and its writes are visible (returns at once otherwise,
-// and on AMD and before sm_90, where such launches are plain).
+// In a kernel launched with `overlap` (launch_by_handle): waits until the
+// stream's previous kernel has finished and its writes are visible (returns
+// at once otherwise, and on AMD and before sm_90, where launches are plain).
+// Every kernel calls it before it touches memory another kernel may use
+// (the kernel_waits test checks that each one calls it).
 __device__ __forceinline__ void wait_for_prior_kernel() {
 #if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
-// In a kernel that a launch_dependent kernel follows: lets that kernel's
+// In a kernel that another of ours follows: lets that kernel's
 // blocks launch now rather than when this kernel's blocks end, so its
 // prologue (before wait_for_prior_kernel) runs beside this kernel. A no-op
 // on AMD and before sm_90.

@@ -140,6 +140,7 @@ __device__ __forceinline__ float output_constant(float max, float sum) {
 // its next row once the current row's loads are done.
 template <bool kLog, bool kMasked, class T, int VEC, int PACKS, int G, int ROWS, bool kAhead = false>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) softmax_forward_registers(const xvk_softmax_forward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   const RowMapping<G, ROWS> map;
@@ -289,6 +290,7 @@ __device__ __forceinline__ void softmax_forward_streamed(const xvk_softmax_forwa
 
 template <bool kLog, class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_softmax_forward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[1][kMaxWarpsPerBlock];
   softmax_forward_streamed<kLog, T, VEC, false>(a, nullptr, scratch);
 }
@@ -296,6 +298,7 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_reread(const xvk_
 // The row in shared memory: launched with shared_bytes(kSoftmaxForward, cols) of it.
 template <bool kLog, class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_forward_shared(const xvk_softmax_forward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[1][kMaxWarpsPerBlock];
   extern __shared__ uint4 shared_row[];  // one name and type for every instantiation; 16-byte aligned
   softmax_forward_streamed<kLog, T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
@@ -320,6 +323,7 @@ __device__ __forceinline__ void softmax_dx(const xvk_softmax_backward_args &a, c
 
 template <class T, int VEC, int PACKS, int G, int ROWS>
 __global__ void __launch_bounds__(register_kernel_max_threads(true, PACKS * VEC * ROWS)) softmax_backward_registers(const xvk_softmax_backward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   const RowMapping<G, ROWS> map;
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
@@ -454,6 +458,7 @@ __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_back
 
 template <class T, int VEC>
 __global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk_softmax_backward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[1][kMaxWarpsPerBlock];
   softmax_backward_streamed<T, VEC, Staged::kNone>(a, nullptr, scratch);
 }
@@ -462,6 +467,7 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_backward_reread(const xvk
 // config_shared_bytes of it.
 template <class T, int VEC, Staged kStaged>
 __global__ void __launch_bounds__(kMaxThreads) softmax_backward_shared(const xvk_softmax_backward_args a) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[1][kMaxWarpsPerBlock];
   extern __shared__ uint4 shared_row[];
   softmax_backward_streamed<T, VEC, kStaged>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
