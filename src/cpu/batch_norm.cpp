@@ -37,8 +37,7 @@ void forward(const xvk_batch_norm_forward_args &a) {
   std::vector<double> mean(size_t(l.c)), rstd(size_t(l.c));
   const T *x = static_cast<const T *>(a.x);
   if (a.training) {
-#pragma omp parallel for schedule(static) if (worth_threads(l.numel()))
-    for (int64_t ch = 0; ch < l.c; ++ch) {
+    parallel_for(l.c, l.numel(), [&](int64_t ch) {
       double sum = 0, sq = 0;
       for (int64_t i = 0; i < l.n; ++i)
         for (int64_t j = 0; j < l.s; ++j) sum += to_float(x[l.offset(i, ch, j)]);
@@ -58,7 +57,7 @@ void forward(const xvk_batch_norm_forward_args &a) {
         a.running_mean[ch] = float((1.0 - k) * a.running_mean[ch] + k * mu);
         a.running_var[ch] = float((1.0 - k) * a.running_var[ch] + k * (sq / double(m - 1)));
       }
-    }
+    });
   } else {
     for (int64_t ch = 0; ch < l.c; ++ch) {
       mean[size_t(ch)] = a.running_mean[ch];
@@ -69,8 +68,7 @@ void forward(const xvk_batch_norm_forward_args &a) {
   T *y = static_cast<T *>(a.y);
   const int64_t numel = l.numel(), words = (numel + kWord - 1) / kWord;
   // One 32-element word per iteration, so each mask word has one writer.
-#pragma omp parallel for schedule(static) if (worth_threads(numel))
-  for (int64_t w = 0; w < words; ++w) {
+  parallel_for(words, numel, [&](int64_t w) {
     uint32_t bits = 0;
     for (int64_t e = w * kWord; e < std::min(numel, (w + 1) * kWord); ++e) {
       const int64_t ch = l.channel_of(e);
@@ -83,7 +81,7 @@ void forward(const xvk_batch_norm_forward_args &a) {
       if (to_float(stored) > 0) bits |= 1u << (e % kWord);
     }
     if (a.mask) a.mask[w] = bits;
-  }
+  });
 }
 
 template <class T>
@@ -99,8 +97,7 @@ void backward(const xvk_batch_norm_backward_args &a) {
     return positive ? d : 0.0;
   };
   std::vector<double> sum_g(size_t(l.c)), sum_gx(size_t(l.c));
-#pragma omp parallel for schedule(static) if (worth_threads(l.numel()))
-  for (int64_t ch = 0; ch < l.c; ++ch) {
+  parallel_for(l.c, l.numel(), [&](int64_t ch) {
     const double mu = a.saved_mean[ch], r = a.saved_rstd[ch];
     double sg = 0, sgx = 0;
     for (int64_t i = 0; i < l.n; ++i)
@@ -114,11 +111,10 @@ void backward(const xvk_batch_norm_backward_args &a) {
     sum_gx[size_t(ch)] = sgx;
     if (a.dbeta) a.dbeta[ch] = float(sg);
     if (a.dgamma) a.dgamma[ch] = float(sgx);
-  }
+  });
   T *dx = static_cast<T *>(a.dx), *dz = static_cast<T *>(a.dz);
   const int64_t numel = l.numel();
-#pragma omp parallel for schedule(static) if (worth_threads(numel))
-  for (int64_t e = 0; e < numel; ++e) {
+  parallel_for(numel, numel, [&](int64_t e) {
     const int64_t ch = l.channel_of(e);
     const double r = a.saved_rstd[ch], gam = a.gamma ? double(a.gamma[ch]) : 1.0;
     const double xhat = (double(to_float(x[e])) - a.saved_mean[ch]) * r;
@@ -127,7 +123,7 @@ void backward(const xvk_batch_norm_backward_args &a) {
     const double dxe = gam * r * (g - sum_g[size_t(ch)] / m - xhat * sum_gx[size_t(ch)] / m);
     if (dz) dz[e] = store<T>(g);
     dx[e] = store<T>(dxe);
-  }
+  });
 }
 
 }  // namespace

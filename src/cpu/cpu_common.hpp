@@ -30,6 +30,21 @@ inline int thread_id() { return 0; }
 constexpr int64_t kParallelMinElements = int64_t(1) << 14;
 inline bool worth_threads(int64_t elements) { return elements >= kParallelMinElements; }
 
+// body(i) for i in [0, n): shared out among OpenMP's threads when the call's
+// `elements` are worth them, else run in this thread without entering a
+// parallel region at all. (A region under if (false) still goes through
+// libgomp's team start and end, a futex system call each time: 3.0-3.7 us per
+// 1 x 1 softmax or LayerNorm call on a 2-core VM.)
+template <class Body>
+void parallel_for(int64_t n, int64_t elements, Body &&body) {
+  if (worth_threads(elements)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) body(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) body(i);
+  }
+}
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 

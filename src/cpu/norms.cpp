@@ -15,8 +15,7 @@ void forward(const xvk_norm_forward_args &a) {
   const std::vector<double> gamma = load_params(a.gamma, a.param_dtype, cols, 1.0, a.gamma ? add : 0.0);
   const std::vector<double> beta = load_params(a.beta, a.param_dtype, cols, 0.0, 0.0);
   std::vector<double> scratch(size_t(max_threads()) * size_t(cols));
-#pragma omp parallel for schedule(static) if (worth_threads(a.rows * cols))
-  for (int64_t r = 0; r < a.rows; ++r) {
+  parallel_for(a.rows, a.rows * cols, [&](int64_t r) {
     double *h = scratch.data() + size_t(thread_id()) * size_t(cols);
     const T *x = row_of<T>(a.x, r);
     const T *res = a.residual.data ? row_of<T>(a.residual, r) : nullptr;
@@ -39,7 +38,7 @@ void forward(const xvk_norm_forward_args &a) {
     for (int64_t j = 0; j < cols; ++j) y[j] = store<T>((h[j] - mean) * rstd * gamma[j] + beta[j]);
     if (a.mean) a.mean[r] = float(mean);
     if (a.rstd) a.rstd[r] = float(rstd);
-  }
+  });
 }
 
 template <class T>
@@ -55,8 +54,7 @@ void backward(const xvk_norm_backward_args &a) {
   std::vector<double> dgamma_part(size_t(chunks) * size_t(cols), 0.0), dbeta_part(dgamma_part.size(), 0.0);
   std::vector<double> scratch(size_t(max_threads()) * 2 * size_t(cols));
   const int64_t nchunks = want_params ? chunks : std::min<int64_t>(a.rows, 4 * int64_t(max_threads()));
-#pragma omp parallel for schedule(static) if (worth_threads(a.rows * cols))
-  for (int64_t chunk = 0; chunk < nchunks; ++chunk) {
+  parallel_for(nchunks, a.rows * cols, [&](int64_t chunk) {
     double *xhat = scratch.data() + size_t(thread_id()) * 2 * size_t(cols);
     double *dyg = xhat + cols;
     const int64_t begin = a.rows * chunk / nchunks, end = a.rows * (chunk + 1) / nchunks;
@@ -80,7 +78,7 @@ void backward(const xvk_norm_backward_args &a) {
       T *dx = mutable_row_of<T>(a.dx, r);  // may be x or dy: the row was read in full above
       for (int64_t j = 0; j < cols; ++j) dx[j] = store<T>(rstd * (dyg[j] - c1 - xhat[j] * c2));
     }
-  }
+  });
   if (!want_params) return;
   std::vector<double> dgamma(size_t(cols), 0.0), dbeta(size_t(cols), 0.0);
   for (int64_t chunk = 0; chunk < chunks; ++chunk)

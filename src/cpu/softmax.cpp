@@ -28,8 +28,7 @@ template <class T>
 void forward(const xvk_softmax_forward_args &a) {
   const int64_t cols = a.cols;
   std::vector<double> scratch(size_t(max_threads()) * size_t(cols));
-#pragma omp parallel for schedule(static) if (worth_threads(a.rows * cols))
-  for (int64_t r = 0; r < a.rows; ++r) {
+  parallel_for(a.rows, a.rows * cols, [&](int64_t r) {
     double *z = scratch.data() + size_t(thread_id()) * size_t(cols);
     const T *x = row_of<T>(a.x, r);
     const T *mask = a.mask ? static_cast<const T *>(a.mask) + mask_offset(a, r) : nullptr;
@@ -47,20 +46,19 @@ void forward(const xvk_softmax_forward_args &a) {
     if (nan || max == -kInf) {  // a NaN poisons the row; a fully masked row is 0 (log: -inf)
       const double fill = nan ? kNaN : a.log ? -kInf : 0.0;
       for (int64_t j = 0; j < cols; ++j) y[j] = store<T>(fill);
-      continue;
+      return;  // on to the next row
     }
     double sum = 0;
     for (int64_t j = 0; j < cols; ++j) sum += std::exp(z[j] - max);
     const double log_sum = std::log(sum);
     for (int64_t j = 0; j < cols; ++j)
       y[j] = store<T>(a.log ? z[j] - max - log_sum : std::exp(z[j] - max) / sum);
-  }
+  });
 }
 
 template <class T>
 void backward(const xvk_softmax_backward_args &a) {
-#pragma omp parallel for schedule(static) if (worth_threads(a.rows * a.cols))
-  for (int64_t r = 0; r < a.rows; ++r) {
+  parallel_for(a.rows, a.rows * a.cols, [&](int64_t r) {
     const T *y = row_of<T>(a.y, r);
     const T *dy = row_of<T>(a.dy, r);
     double reduce = 0;  // softmax: sum(dy * y); log-softmax: sum(dy)
@@ -72,7 +70,7 @@ void backward(const xvk_softmax_backward_args &a) {
       const double g = a.log ? dyj - std::exp(yj) * reduce : yj * (dyj - reduce);
       dx[j] = store<T>(double(a.scale) * g);
     }
-  }
+  });
 }
 
 }  // namespace
