@@ -906,8 +906,11 @@ TEST_CASE("batch_norm: C in {1, 3, 5, 7, 64, 1000, 2049}, H*W in {1, 49, 13, 196
 
 TEST_CASE("batch_norm: channels-first planes of no whole vector with N >= 64 (statistics by columns)") {
   // Rows of 8, 4, 2 and 1 whole vectors' width in 16-bit (C * H * W = 392,
-  // 196, 294, 65), planes of 49 and 13 elements, vectors across channels.
-  const std::vector<Dims> shapes = {{64, 8, {7, 7}}, {65, 4, {7, 7}}, {64, 6, {7, 7}}, {96, 5, {13, 1}}};
+  // 196, 294, 65), planes of 49 and 13 elements, vectors across channels;
+  // and planes of 196 (14 x 14, as ResNet's 256 x 1024 x 14 x 14: by
+  // columns in 16-bit, whole vectors by channel in float32).
+  const std::vector<Dims> shapes = {{64, 8, {7, 7}}, {65, 4, {7, 7}}, {64, 6, {7, 7}}, {96, 5, {13, 1}},
+                                    {64, 3, {14, 14}}};
   int i = 0;
   for (DType t : kAllDtypes)
     for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));
