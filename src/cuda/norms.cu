@@ -189,10 +189,11 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   constexpr bool kVersionFull = PACKS * VEC * ROWS <= 24;
   const bool full = int64_t(PACKS) * map.width * VEC == a.cols;
   // Group lanes of up to 16 elements issue their next rows' loads of x (and
-  // the rows' shifts) as soon as the current rows' are in registers, so that
-  // they are in flight through the reductions and the stores (a persistent
-  // grid; on a grid covering the rows the next rows are past the end and
-  // nothing is loaded). H100, same run, best of two, against main (this
+  // the rows' shifts, where kShiftFromLane does not take them from a lane)
+  // as soon as the current rows' are in registers, so that they are in
+  // flight through the reductions and the stores (a persistent grid; on a
+  // grid covering the rows the next rows are past the end and nothing is
+  // loaded). H100, same run, best of two, against main (this
   // op's table rows re-tuned on these kernels, where the tuner now takes
   // persistent grids): LayerNorm/RMSNorm 16-bit 49152 x 64 5-7% faster,
   // x 128 3-4%, 8192 x 512 9-12% (fp32 8%); the other small shapes within
@@ -201,6 +202,16 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   // much as its configurations without the prefetch moved; its re-tuned
   // table ran slower).
   constexpr bool kPrefetch = G > 0 && PACKS * VEC * ROWS <= 16;
+  // Group lanes of one or two packs take each row's shift (row_shift's
+  // value: x (+ residual) at column 0) from their group's lane 0, which
+  // holds it, by a shuffle, instead of loading it. H200, LayerNorm forward
+  // against the load, same run, best of three: 16-bit 49152 x 32..256
+  // 0.928-0.985 of the time (x 64 0.93), x 512 0.984-0.987, float32
+  // 49152 x 64/128 0.98-0.99; RMSNorm (shift 0) within 2.5%. Lanes of three
+  // or four packs gained nothing (16-bit 0.987-1.011) and float32 49152 x 512
+  // took 1.066x the time, so they load it as before
+  // (bench/results/h200-2026-11-29-session33-trials.txt, item 9).
+  constexpr bool kShiftFromLane = G > 0 && PACKS <= 2;
   auto rows_loop = [&](auto full_tag, auto form_tag) {
     constexpr bool kFull = decltype(full_tag)::value;
     [[maybe_unused]] constexpr AffineForm kForm = decltype(form_tag)::value;
@@ -210,7 +221,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const int64_t row = base + map.offset + r;
-        shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+        if constexpr (!kShiftFromLane) shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
         issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
       }
     };
@@ -230,7 +241,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
         if constexpr (kPrefetch) {
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) {
-            shift[r] = ahead_shift[r];
+            if constexpr (!kShiftFromLane) shift[r] = ahead_shift[r];
 #pragma unroll
             for (int p = 0; p < PACKS; ++p) raw[r][p] = ahead[r][p];
           }
@@ -238,7 +249,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) {
             const int64_t row = base + map.offset + r;
-            shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+            if constexpr (!kShiftFromLane) shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
             issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
           }
         }
@@ -277,6 +288,17 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
               for (int p = 0; p < PACKS; ++p)
                 if (row < a.rows && map.col(p, VEC) < a.cols) add_residual<T, VEC>(a, row, map.col(p, VEC), h[r][p], res[p]);
             }
+          }
+        }
+        if constexpr (kShiftFromLane) {
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) {
+            float first;
+            if constexpr (kHoldPacks)
+              first = element(held[r][0], 0);
+            else
+              first = h[r][0][0];
+            shift[r] = a.rms ? 0.0f : shfl_from(first, 0, G);
           }
         }
       }

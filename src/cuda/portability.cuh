@@ -303,6 +303,15 @@ __device__ __forceinline__ float shfl_xor(float v, int lane_mask, int width) {
 #endif
 }
 
+// Lane src_lane's v, within groups of `width` lanes (a power of two <= kWarpSize).
+__device__ __forceinline__ float shfl_from(float v, int src_lane, int width) {
+#if XVK_GPU_HIP
+  return __shfl(v, src_lane, width);
+#else
+  return __shfl_sync(kAllLanes, v, src_lane, width);
+#endif
+}
+
 // The same for 32-bit words (bitmask pieces).
 __device__ __forceinline__ uint32_t shfl_xor_u32(uint32_t v, int lane_mask, int width) {
 #if XVK_GPU_HIP
