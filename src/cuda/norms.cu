@@ -68,7 +68,7 @@ using AffineTag = std::integral_constant<AffineForm, F>;
 // The form of a launch's gamma and beta (Args: the forward's or the
 // backward's, which reads no beta).
 template <class T, class Args>
-__device__ __forceinline__ AffineForm affine_form(const Args &a) {
+__host__ __device__ __forceinline__ AffineForm affine_form(const Args &a) {
   const bool params_in_x_dtype = (a.param_dtype == XVK_DTYPE_F32) == std::is_same_v<T, float>;
   if (!a.gamma || !params_in_x_dtype || a.zero_centered_gamma) return AffineForm::kGeneral;
   if constexpr (std::is_same_v<Args, xvk_norm_forward_args>)
@@ -125,11 +125,11 @@ __device__ __forceinline__ void load_input(const xvk_norm_forward_args &a, int64
 // offset (mean 1e4, std 1e-2) keeps its variance in float32 arithmetic.
 // Read through load_global: through a plain pointer, clang for AMD lost the
 // address space (flat_load) in kernels with a loop per affine form.
-template <class T>
+template <class T, bool kMayHaveResidual = true>
 __device__ __forceinline__ float row_shift(const xvk_norm_forward_args &a, int64_t row) {
   if (a.rms) return 0.0f;
   const float x0 = to_float(load_global(static_cast<const T *>(a.x.data) + row * a.x.row_stride));
-  if (!a.residual.data) return x0;
+  if (!kMayHaveResidual || !a.residual.data) return x0;
   const T r0 = load_global(static_cast<const T *>(a.residual.data) + row * a.residual.row_stride);
   return to_float(from_float<T>(x0 + to_float(r0)));
 }
@@ -161,12 +161,25 @@ inline constexpr bool kCacheForwardAffine = kCacheAffine<PACKS, VEC> && !(sizeof
 template <class T, int VEC, int PACKS, int G>
 inline constexpr bool kHoldForwardPacks = sizeof(T) == 2 && VEC % 2 == 0 && G > 0 && PACKS * VEC >= 16;
 
+// kAffine, the launch's affine form (with_forward_affine_form), and
+// kResidual, whether it may have a residual (tested at run time), are
+// compiled into the kernel: ptxas sizes a kernel's registers for its
+// costliest path, and with every form and the residual in one kernel the
+// launches without a residual paid for it (16-bit lanes of 8 elements: 56-57
+// registers, 48-50 split; blocks of 8: 52, 32; float32 blocks of 24-32
+// elements spilled 212-396 bytes, none split). H200, same run, median of
+// three: LayerNorm/RMSNorm forward 0.990x the time over the benchmark's 108
+// cases (0.950-1.023; 16-bit 49152 x 32..128 3-5% faster)
+// (bench/results/h200-2026-11-29-norm-forward-split.txt).
 // kAhead (kHasL2RowAhead shapes, a row per block): each block asks L2 for
-// its next row once the current row's loads are done.
-template <class T, int VEC, int PACKS, int G, int ROWS, bool kAhead = false>
+// its next row once the current row's loads are done. These kernels choose
+// the form at run time and have the residual code, as before the split:
+// split too, 16-bit LayerNorm ran 7-11% slower at 49152 x 16384/32768.
+template <class T, int VEC, int PACKS, int G, int ROWS, AffineForm kAffine, bool kResidual, bool kAhead = false>
 __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) norm_forward_registers(const xvk_norm_forward_args a) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
+  static_assert(!kAhead || (kAffine == AffineForm::kGeneral && kResidual), "kAhead: form and residual at run time");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheForwardAffine<T, PACKS, VEC>;
   constexpr bool kHoldPacks = kHoldForwardPacks<T, VEC, PACKS, G>;
@@ -221,7 +234,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const int64_t row = base + map.offset + r;
-        if constexpr (!kShiftFromLane) shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+        if constexpr (!kShiftFromLane) shift[r] = row < a.rows ? row_shift<T, kResidual>(a, row) : 0.0f;
         issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
       }
     };
@@ -249,7 +262,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) {
             const int64_t row = base + map.offset + r;
-            if constexpr (!kShiftFromLane) shift[r] = row < a.rows ? row_shift<T>(a, row) : 0.0f;
+            if constexpr (!kShiftFromLane) shift[r] = row < a.rows ? row_shift<T, kResidual>(a, row) : 0.0f;
             issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
           }
         }
@@ -262,7 +275,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
             unpack_row(raw[r], h[r]);
           }
         }
-        if (a.residual.data) {  // x + residual, rounded to T as residual_out holds it
+        if (kResidual && a.residual.data) {  // x + residual, rounded to T as residual_out holds it
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) {
             const int64_t row = base + map.offset + r;
@@ -338,7 +351,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       if constexpr (kAhead) {
         const int64_t next = base + map.row_step;
         prefetch_row_l2<T, VEC, PACKS>(map, static_cast<const T *>(a.x.data) + next * a.x.row_stride, next < a.rows, a.cols);
-        if (a.residual.data)
+        if (kResidual && a.residual.data)
           prefetch_row_l2<T, VEC, PACKS>(map, static_cast<const T *>(a.residual.data) + next * a.residual.row_stride,
                                          next < a.rows, a.cols);
       }
@@ -393,14 +406,29 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
     }
     rows_loop(std::false_type{}, form_tag);
   };
-  if constexpr (!kCache) {
+  static_assert(!kCache || kAffine == AffineForm::kGeneral, "cached parameters are read in the general form");
+  if constexpr (kAhead && !kCache) {
     switch (affine_form<T>(a)) {
       case AffineForm::kScaleShift: return run(AffineTag<AffineForm::kScaleShift>{});
       case AffineForm::kScale: return run(AffineTag<AffineForm::kScale>{});
       case AffineForm::kGeneral: break;
     }
   }
-  run(AffineTag<AffineForm::kGeneral>{});
+  run(AffineTag<kAffine>{});
+}
+
+// Calls f with the AffineTag of the form norm_forward_registers<T, VEC, PACKS>
+// reads a's gamma and beta in: the general one where it caches them.
+template <class T, int VEC, int PACKS, class F>
+void with_forward_affine_form(const xvk_norm_forward_args &a, F &&f) {
+  if constexpr (!kCacheForwardAffine<T, PACKS, VEC>) {
+    switch (affine_form<T>(a)) {
+      case AffineForm::kScaleShift: return f(AffineTag<AffineForm::kScaleShift>{});
+      case AffineForm::kScale: return f(AffineTag<AffineForm::kScale>{});
+      case AffineForm::kGeneral: break;
+    }
+  }
+  f(AffineTag<AffineForm::kGeneral>{});
 }
 
 // Welford statistics of a set of values: count, mean, sum of squared deviations.
@@ -1279,27 +1307,42 @@ __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
   if (x == 0 && y == 0) counters[blockIdx.x] = 0;  // ready for the next kernel on the stream
 }
 
+template <class T, int VEC, bool kResidual>
+xvk_status_t forward_registers(Context &ctx, const Config &c, const xvk_norm_forward_args &a) {
+  xvk_status_t status = XVK_ERROR_INTERNAL;
+  if (c.variant == Variant::kGroup) {
+    with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
+      constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
+      with_forward_affine_form<T, VEC, P>(a, [&](auto form) {
+        constexpr AffineForm F = decltype(form)::value;
+        status = launch_rows(ctx, c, norm_forward_registers<T, VEC, P, G, R, F, kResidual>, "norm_forward_registers",
+                             a.rows, int64_t(c.threads / G) * R, a);
+      });
+    });
+  } else {
+    with_block_packs(c.packs, [&](auto packs) {
+      constexpr int P = decltype(packs)::value;
+      constexpr bool kAhead = kHasL2RowAhead<T, VEC, P>;
+      // A row's first read: x, and residual.
+      const int64_t row_bytes = a.cols * int64_t(sizeof(T)) * (kResidual ? 2 : 1);
+      with_forward_affine_form<T, VEC, P>(a, [&](auto form) {
+        constexpr AffineForm F = decltype(form)::value;
+        status = launch_block_rows<kAhead>(ctx, c, norm_forward_registers<T, VEC, P, 0, 1, F, kResidual>,
+                                           norm_forward_registers<T, VEC, P, 0, 1, AffineForm::kGeneral, true, kAhead>,
+                                           "norm_forward_registers", a.rows, row_bytes, a);
+      });
+    });
+  }
+  return status;
+}
+
 template <class T, int VEC>
 xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args &a) {
   xvk_status_t status = XVK_ERROR_INTERNAL;
   switch (c.variant) {
     case Variant::kGroup:
-      with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
-        constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
-        status = launch_rows(ctx, c, norm_forward_registers<T, VEC, P, G, R>, "norm_forward_registers", a.rows,
-                             int64_t(c.threads / G) * R, a);
-      });
-      break;
     case Variant::kBlock:
-      with_block_packs(c.packs, [&](auto packs) {
-        constexpr int P = decltype(packs)::value;
-        constexpr bool kAhead = kHasL2RowAhead<T, VEC, P>;
-        // A row's first read: x, and residual.
-        const int64_t row_bytes = a.cols * int64_t(sizeof(T)) * (a.residual.data ? 2 : 1);
-        status = launch_block_rows<kAhead>(ctx, c, norm_forward_registers<T, VEC, P, 0, 1>,
-                                           norm_forward_registers<T, VEC, P, 0, 1, kAhead>, "norm_forward_registers",
-                                           a.rows, row_bytes, a);
-      });
+      status = a.residual.data ? forward_registers<T, VEC, true>(ctx, c, a) : forward_registers<T, VEC, false>(ctx, c, a);
       break;
     case Variant::kReread:
       status = launch_rows(ctx, c, norm_forward_reread<T, VEC>, "norm_forward_reread", a.rows, 1, a);

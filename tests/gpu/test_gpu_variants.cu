@@ -227,11 +227,15 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
       for (bool rms : {false, true}) {
         const int64_t cols = sh.cols, rows = rows_for(cols), n = rows * cols;
         const int vec = sh.vec ? sh.vec : int(16 / dtype_size(t));
-        // LayerNorm: affine, with a residual (and x + residual written) and an
-        // offset in the data; RMSNorm: no residual. The forward runs once per
-        // form of gamma and beta the kernels compile (norms.cu, AffineForm):
-        // LayerNorm's in x's dtype and in float32; RMSNorm's zero-centered,
-        // then plain in x's dtype and in float32.
+        // LayerNorm: affine, with an offset in the data; RMSNorm: gamma alone.
+        // The forward runs once per form of gamma and beta the kernels compile
+        // (norms.cu, AffineForm): LayerNorm's in x's dtype and in float32;
+        // RMSNorm's zero-centered, then plain in x's dtype and in float32; and
+        // with and without a residual (x + residual written), which the
+        // kernels also compile apart: LayerNorm's forms with one, and once
+        // without; RMSNorm's without, and once with. (The backward below
+        // takes the statistics of the last form: LayerNorm's of x + residual,
+        // RMSNorm's of x.)
         const std::vector<float> xv = g_rng.normal(size_t(n), rms ? 0.0 : 3.0, 1.0, t),
                                  rv = g_rng.normal(size_t(n), 0.0, 1.0, t),
                                  gv = g_rng.normal(size_t(cols), rms ? 0.0 : 1.0, 0.2, t),
@@ -240,10 +244,11 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
         Twin x(t, xv), res(t, rv), gamma(t, gv), y(t, size_t(n)), res_out(t, size_t(n)),
             mean(DType::f32, size_t(rows)), rstd(DType::f32, size_t(rows));
         struct Params {
-          bool f32, zero_centered;
+          bool f32, zero_centered, residual;
         };
-        const std::vector<Params> forms = rms ? std::vector<Params>{{false, true}, {false, false}, {true, false}}
-                                              : std::vector<Params>{{false, false}, {true, false}};
+        const std::vector<Params> forms =
+            rms ? std::vector<Params>{{false, false, true}, {false, true, false}, {false, false, false}, {true, false, false}}
+                : std::vector<Params>{{false, false, false}, {false, false, true}, {true, false, true}};
         const std::string what = std::string(rms ? "rms_norm " : "layer_norm ") + dtype_name(t) + " " +
                                  std::to_string(rows) + "x" + std::to_string(cols);
         for (const Params form : forms) {
@@ -257,19 +262,18 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
           a.rows = rows, a.cols = cols, a.dtype = dtype_id(t), a.rms = rms, a.epsilon = 1e-5f;
           a.zero_centered_gamma = form.zero_centered, a.param_dtype = dtype_id(pt);
           a.x = {x.h(), cols}, a.y = {y.h(), cols}, a.gamma = gamma_f.h();
-          if (!rms) a.residual = {res.h(), cols}, a.residual_out = {res_out.h(), cols}, a.beta = beta_f.h();
-          if (!rms) a.mean = static_cast<float *>(mean.h());
+          if (form.residual) a.residual = {res.h(), cols}, a.residual_out = {res_out.h(), cols};
+          if (!rms) a.beta = beta_f.h(), a.mean = static_cast<float *>(mean.h());
           a.rstd = static_cast<float *>(rstd.h());
           REQUIRE(xvk::cpu::norm_forward(nullptr, &a) == XVK_SUCCESS);
           a.x.data = x.dev, a.y.data = y.dev, a.gamma = gamma_f.dev, a.rstd = static_cast<float *>(rstd.dev);
-          if (!rms) {
-            a.residual.data = res.dev, a.residual_out.data = res_out.dev, a.beta = beta_f.dev;
-            a.mean = static_cast<float *>(mean.dev);
-          }
+          if (form.residual) a.residual.data = res.dev, a.residual_out.data = res_out.dev;
+          if (!rms) a.beta = beta_f.dev, a.mean = static_cast<float *>(mean.dev);
           std::vector<Twin *> outs = {&y, &rstd};
-          if (!rms) outs.insert(outs.end(), {&res_out, &mean});
+          if (form.residual) outs.push_back(&res_out);
+          if (!rms) outs.push_back(&mean);
           check_configs(what + " forward" + (form.f32 ? " float32 params" : "") +
-                            (form.zero_centered ? " zero-centered" : ""),
+                            (form.zero_centered ? " zero-centered" : "") + (form.residual ? " residual" : ""),
                         gpu::OpKind::kNormForward, t, cols, vec, 6.0, outs, std::vector<std::vector<double>>(outs.size()),
                         [&](const gpu::Config &c) { return gpu::norm_forward(g_ctx, a, &c); });
         }
