@@ -205,8 +205,8 @@ excerpt() {
   echo
   excerpt softmax gfx90a 'void xvk::gpu::(anonymous namespace)::softmax_forward_registers<false, false, float, 4, 1, 32, 1, false>(' \
     "Group registers (softmax forward without masks, float32, a group of 32 lanes per row)" reduce
-  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_forward_registers<__half, 8, 1, 0, 1, false>(' \
-    "Block registers (LayerNorm/RMSNorm forward, float16, a block per row)" reduce
+  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_forward_registers<__half, 8, 1, 0, 1, (xvk::gpu::(anonymous namespace)::AffineForm)1, false, false>(' \
+    "Block registers (LayerNorm forward, float16, a block per row; gamma and beta in float16, no residual)" reduce
   excerpt softmax gfx90a 'void xvk::gpu::(anonymous namespace)::softmax_forward_reread<false, hip_bfloat16, 8>(' \
     "Reread (softmax forward, bfloat16, a block streams its row twice)" reduce
   excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2>(' \
