@@ -161,6 +161,21 @@ inline constexpr bool kCacheForwardAffine = kCacheAffine<PACKS, VEC> && !(sizeof
 template <class T, int VEC, int PACKS, int G>
 inline constexpr bool kHoldForwardPacks = sizeof(T) == 2 && VEC % 2 == 0 && G > 0 && PACKS * VEC >= 16;
 
+// Calls f with the AffineTag of the form norm_forward_registers<T, VEC, PACKS>
+// reads a's gamma and beta in: the general one where it caches them. (The
+// launch's choice of kernel, and the L2-ahead kernels' choice of loop.)
+template <class T, int VEC, int PACKS, class F>
+__host__ __device__ __forceinline__ void with_forward_affine_form(const xvk_norm_forward_args &a, F &&f) {
+  if constexpr (!kCacheForwardAffine<T, PACKS, VEC>) {
+    switch (affine_form<T>(a)) {
+      case AffineForm::kScaleShift: return f(AffineTag<AffineForm::kScaleShift>{});
+      case AffineForm::kScale: return f(AffineTag<AffineForm::kScale>{});
+      case AffineForm::kGeneral: break;
+    }
+  }
+  f(AffineTag<AffineForm::kGeneral>{});
+}
+
 // kAffine, the launch's affine form (with_forward_affine_form), and
 // kResidual, whether it may have a residual (tested at run time), are
 // compiled into the kernel: ptxas sizes a kernel's registers for its
@@ -407,28 +422,10 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
     rows_loop(std::false_type{}, form_tag);
   };
   static_assert(!kCache || kAffine == AffineForm::kGeneral, "cached parameters are read in the general form");
-  if constexpr (kAhead && !kCache) {
-    switch (affine_form<T>(a)) {
-      case AffineForm::kScaleShift: return run(AffineTag<AffineForm::kScaleShift>{});
-      case AffineForm::kScale: return run(AffineTag<AffineForm::kScale>{});
-      case AffineForm::kGeneral: break;
-    }
-  }
-  run(AffineTag<kAffine>{});
-}
-
-// Calls f with the AffineTag of the form norm_forward_registers<T, VEC, PACKS>
-// reads a's gamma and beta in: the general one where it caches them.
-template <class T, int VEC, int PACKS, class F>
-void with_forward_affine_form(const xvk_norm_forward_args &a, F &&f) {
-  if constexpr (!kCacheForwardAffine<T, PACKS, VEC>) {
-    switch (affine_form<T>(a)) {
-      case AffineForm::kScaleShift: return f(AffineTag<AffineForm::kScaleShift>{});
-      case AffineForm::kScale: return f(AffineTag<AffineForm::kScale>{});
-      case AffineForm::kGeneral: break;
-    }
-  }
-  f(AffineTag<AffineForm::kGeneral>{});
+  if constexpr (kAhead)
+    with_forward_affine_form<T, VEC, PACKS>(a, run);
+  else
+    run(AffineTag<kAffine>{});
 }
 
 // Welford statistics of a set of values: count, mean, sum of squared deviations.
