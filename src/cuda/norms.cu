@@ -612,7 +612,7 @@ __global__ void __launch_bounds__(1024) norm_forward_shared(const xvk_norm_forwa
 
 // Where a backward kernel puts its parameter-gradient sums.
 struct ParamGradSums {
-  float *partial = nullptr;    // [parts][2][cols]; null: dgamma/dbeta not wanted
+  float *partial = nullptr;    // [parts][2][cols] ([1] unwritten by kRms kernels); null: dgamma/dbeta not wanted
   float *lane_sums = nullptr;  // in-kernel finalize: the last block's scratch, after the parts
   unsigned *counter = nullptr; // in-kernel finalize: blocks finished; null: a finalize kernel follows
 };
@@ -653,6 +653,8 @@ inline constexpr int64_t kInKernelFinalizeLoads = 24;
 // the last block to get here adds up all parts. Lane l of a column group
 // takes parts l, l + lanes, ...; the lanes' sums meet in lane_sums
 // ([lanes][2][cols]) and lane 0 adds them in lane order.
+// kBeta: add up dbeta's sums too (false: the kRms kernels write none).
+template <bool kBeta = true>
 __device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const ParamGradSums &s) {
   __shared__ bool last;
   __threadfence();  // this block's partial sums, before its ticket
@@ -674,11 +676,11 @@ __device__ void finalize_in_last_block(const xvk_norm_backward_args &a, const Pa
     for (; part + 3 * lanes < parts; part += 4 * lanes, p += 4 * stride) {
       float vg[4], vb[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) vg[k] = p[k * stride], vb[k] = p[k * stride + cols];
+      for (int k = 0; k < 4; ++k) vg[k] = p[k * stride], vb[k] = kBeta ? p[k * stride + cols] : 0.0f;
 #pragma unroll
       for (int k = 0; k < 4; ++k) sg[k] += vg[k], sb[k] += vb[k];
     }
-    for (; part < parts; part += lanes, p += stride) sg[0] += p[0], sb[0] += p[cols];
+    for (; part < parts; part += lanes, p += stride) sg[0] += p[0], sb[0] += kBeta ? p[cols] : 0.0f;
     const float g = (sg[0] + sg[1]) + (sg[2] + sg[3]), b = (sb[0] + sb[1]) + (sb[2] + sb[3]);
     if (lanes == 1) {
       store_param_grads(a, col, g, b);
@@ -716,11 +718,21 @@ struct RowDx {
 // flight through the row reduction and the dx stores: one row per lane in
 // flight was too little to cover the memory latency (ncu: long-scoreboard
 // stalls first, DRAM throughput about half the copy kernel's).
-template <class T, int VEC, int PACKS, int G, int ROWS>
+// kRms: RMSNorm's backward without dbeta (the API has none): no mean, no row
+// sum of dy * g (c1 = 0) and no dbeta sums, whose PACKS * VEC accumulators
+// the other kernels hold for the whole loop (with_rms_kernel picks it).
+// ptxas, sm_90: 16-bit groups of 32 lanes of 4 packs 228 -> 185 registers,
+// of one pack 82 -> 64; blocks of 8 packs 572 bytes spilled -> none. H200,
+// with the RMSNorm rows re-tuned, against one kernel for both: RMSNorm's
+// backward 0.973x the time over the benchmark's 54 cases, 16-bit 49152 x
+// 16384 0.79-0.81x (a block of 8 packs a lane, which spilled before);
+// float32 49152 x 32768 1.03x (bench/results/h200-2026-12-01-rms-backward.txt).
+template <class T, int VEC, int PACKS, int G, int ROWS, bool kRms>
 __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackward, G, PACKS * VEC * ROWS, int(sizeof(T))))
     norm_backward_registers(const xvk_norm_backward_args a, const ParamGradSums sums_out) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
-  __shared__ float scratch[2 * ROWS][kMaxWarpsPerBlock];
+  constexpr int S = kRms ? 1 : 2;  // row sums: [dy * g,] dy * g * xhat
+  __shared__ float scratch[S * ROWS][kMaxWarpsPerBlock];
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;
   constexpr bool kPrefetch = PACKS * VEC * ROWS <= kNormBackwardPrefetchElems;
   // 16-bit lanes of two or more 16-byte packs also ask L2 for the rows one step
@@ -759,7 +771,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
     for (int r = 0; r < ROWS; ++r) {
       const int64_t row = base + map.offset + r;
       const bool valid = row < a.rows;
-      raw_mean[r] = valid && a.mean ? a.mean[row] : 0.0f;
+      raw_mean[r] = !kRms && valid && a.mean ? a.mean[row] : 0.0f;
       raw_rstd[r] = valid ? a.rstd[row] : 0.0f;
       issue_row(map, dy_data + row * a.dy.row_stride, valid, a.cols, raw_dy[r]);
       issue_row(map, x_data + row * a.x.row_stride, valid, a.cols, raw_x[r]);
@@ -773,7 +785,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
     if constexpr (kPrefetch) issue(map.first_warp_row);
     for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
       if constexpr (!kPrefetch) issue(base);
-      float xhat[ROWS][PACKS][VEC], dy[ROWS][PACKS][VEC], sums[2 * ROWS], rstd[ROWS];
+      float xhat[ROWS][PACKS][VEC], dy[ROWS][PACKS][VEC], sums[S * ROWS], rstd[ROWS];
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         unpack_row(raw_x[r], xhat[r]);
@@ -795,7 +807,8 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
       }
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        sums[2 * r] = sums[2 * r + 1] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < S; ++k) sums[S * r + k] = 0.0f;
 #pragma unroll
         for (int p = 0; p < PACKS; ++p) {
           float gp[VEC];
@@ -814,10 +827,10 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
             const float dyg = dy[r][p][i] * gp[i];
-            sums[2 * r] += dyg;
-            sums[2 * r + 1] += dyg * xhat[r][p][i];
+            if constexpr (!kRms) sums[S * r] += dyg;
+            sums[S * r + S - 1] += dyg * xhat[r][p][i];
             acc_g[p][i] += dy[r][p][i] * xhat[r][p][i];
-            acc_b[p][i] += dy[r][p][i];
+            if constexpr (!kRms) acc_b[p][i] += dy[r][p][i];
             dy[r][p][i] = dyg;  // from here on dy holds dy * gamma
           }
         }
@@ -827,7 +840,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
       for (int r = 0; r < ROWS; ++r) {
         const int64_t row = base + map.offset + r;
         if (row >= a.rows) continue;
-        const RowDx row_dx(rstd[r], a.rms ? 0.0f : sums[2 * r] * inv_cols, sums[2 * r + 1] * inv_cols);
+        const RowDx row_dx(rstd[r], kRms || a.rms ? 0.0f : sums[S * r] * inv_cols, sums[S * r + S - 1] * inv_cols);
         T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
 #pragma unroll
         for (int p = 0; p < PACKS; ++p) {
@@ -856,7 +869,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
       const int col = map.col(p, VEC);
       if (col >= a.cols) continue;
       store_vec<float, VEC>(pg + col, acc_g[p]);
-      store_vec<float, VEC>(pb + col, acc_b[p]);
+      if constexpr (!kRms) store_vec<float, VEC>(pb + col, acc_b[p]);
     }
   } else {
     // Groups hold the same columns: add them up across the lanes of a warp,
@@ -868,7 +881,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
     extern __shared__ float warp_sums[];  // [2][warps][G * VEC]
     const int warps = int(blockDim.x) / kWarpSize;
 #pragma unroll
-    for (int which = 0; which < 2; ++which) {
+    for (int which = 0; which < S; ++which) {  // dgamma's sums, then dbeta's
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         float *buffer = warp_sums + ((which * PACKS + p) % 2) * warps * G * VEC;
@@ -890,7 +903,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
       }
     }
   }
-  if (sums_out.counter) finalize_in_last_block(a, sums_out);
+  if (sums_out.counter) finalize_in_last_block<!kRms>(a, sums_out);
 }
 
 // The streamed backward kernels' work on one vector of a row: its share of
@@ -1076,7 +1089,8 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
 // registers, one block per SM. The others take no minimum (0): a minimum of
 // one block raised their register counts (float32 lanes of 8 from 95 to
 // 109, 16-bit lanes of 16 from 126 to 147, one block per SM fewer).
-template <class T, int VEC, int PACKS>
+// kRms: as norm_backward_registers'.
+template <class T, int VEC, int PACKS, bool kRms>
 __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeof(T) == 2 && PACKS * VEC == 8 ? 2 : 0)
     norm_backward_cluster(const xvk_norm_backward_args a, const ParamGradSums sums_out, int slice_cols) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
@@ -1114,7 +1128,7 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeo
   float raw_mean, raw_rstd;
   auto issue = [&](int64_t row) {
     const bool valid = row < a.rows;
-    raw_mean = valid && a.mean ? a.mean[row] : 0.0f;
+    raw_mean = !kRms && valid && a.mean ? a.mean[row] : 0.0f;
     raw_rstd = valid ? a.rstd[row] : 0.0f;
     issue_row(map, dy_data + row * a.dy.row_stride, valid, end, raw_dy);
     issue_row(map, x_data + row * a.x.row_stride, valid, end, raw_x);
@@ -1143,11 +1157,11 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeo
       for (int i = 0; i < VEC; ++i) {
         xhat[p][i] = (xhat[p][i] - mean) * rstd;
         const float dyg = dy[p][i] * g[p][i];
-        sums[0] += dyg;
+        if constexpr (!kRms) sums[0] += dyg;
         sums[1] += dyg * xhat[p][i];
         if constexpr (kEarlySums) {
           acc_g[p][i] += dy[p][i] * xhat[p][i];
-          acc_b[p][i] += dy[p][i];
+          if constexpr (!kRms) acc_b[p][i] += dy[p][i];
           dy[p][i] = dyg;
         }
       }
@@ -1159,11 +1173,11 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeo
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           acc_g[p][i] += dy[p][i] * xhat[p][i];
-          acc_b[p][i] += dy[p][i];
+          if constexpr (!kRms) acc_b[p][i] += dy[p][i];
         }
     }
     const float2 total = shares.total(map, k);
-    const RowDx row_dx(rstd, a.rms ? 0.0f : total.x * inv_cols, total.y * inv_cols);
+    const RowDx row_dx(rstd, kRms || a.rms ? 0.0f : total.x * inv_cols, total.y * inv_cols);
     T *dx = static_cast<T *>(a.dx.data) + row * a.dx.row_stride;
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
@@ -1184,7 +1198,7 @@ __global__ void __launch_bounds__(cluster_kernel_max_threads(PACKS * VEC), sizeo
     const int col = map.col(p, VEC);
     if (col >= end) continue;
     store_vec<float, VEC>(pg + col, acc_g[p]);
-    store_vec<float, VEC>(pb + col, acc_b[p]);
+    if constexpr (!kRms) store_vec<float, VEC>(pb + col, acc_b[p]);
   }
 }
 
@@ -1228,6 +1242,7 @@ __global__ void __launch_bounds__(256) norm_param_grad_columns(const xvk_norm_ba
 constexpr int kFinalizeTileCols = 32;
 constexpr int kFinalizeMaxLanes = 32;
 constexpr int kFinalizeInFlight = 8;
+template <bool kBeta>  // dbeta wanted: its sums are read and added too
 __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
     norm_backward_finalize(const xvk_norm_backward_args a, const float *partial, int64_t parts, float *slice_sums,
                            unsigned *counters) {
@@ -1250,12 +1265,13 @@ __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const float *p = partial + (part + k * lanes) * stride + col;
-        vg[k] = p[0], vb[k] = p[a.cols];
+        vg[k] = p[0], vb[k] = kBeta ? p[a.cols] : 0.0f;
       }
 #pragma unroll
       for (int k = 0; k < K; ++k) sg[k] += vg[k], sb[k] += vb[k];
     }
-    for (; part < end; part += lanes) sg[0] += partial[part * stride + col], sb[0] += partial[part * stride + a.cols + col];
+    for (; part < end; part += lanes)
+      sg[0] += partial[part * stride + col], sb[0] += kBeta ? partial[part * stride + a.cols + col] : 0.0f;
     // A tree over the K sums, written out: clang for AMD did not unroll a
     // halving loop, which left sg and sb in scratch memory.
     static_assert(K == 8, "the tree below adds eight sums");
@@ -1422,8 +1438,20 @@ xvk_status_t param_grad_scratch(Context &ctx, int64_t parts, int64_t cols, bool 
 xvk_status_t finalize(Context &ctx, const xvk_norm_backward_args &a, const ParamGradScratch &s) {
   float *slice_sums = s.sums.partial + s.parts * 2 * a.cols;
   const dim3 blocks(unsigned(s.grid.tiles), unsigned(s.grid.slices)), block(kFinalizeTileCols, unsigned(s.grid.lanes));
-  return launch_kernel(ctx, "norm_backward_finalize", norm_backward_finalize, blocks, block, 0, a,
+  // Without dbeta (the kRms kernels write no sums for it) the finalize reads dgamma's alone.
+  return launch_kernel(ctx, "norm_backward_finalize",
+                       a.dbeta ? norm_backward_finalize<true> : norm_backward_finalize<false>, blocks, block, 0, a,
                        s.sums.partial, s.parts, slice_sums, s.finalize_counters);
+}
+
+// Calls f with std::true_type where the backward's kRms kernels serve a
+// (RMSNorm without dbeta), else std::false_type.
+template <class F>
+void with_rms_kernel(const xvk_norm_backward_args &a, F &&f) {
+  if (a.rms && !a.dbeta)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 template <class T, int VEC>
@@ -1464,26 +1492,34 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
   if (c.variant == Variant::kGroup) {
     with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
       constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
-      launch(norm_backward_registers<T, VEC, P, G, R>, "norm_backward_registers", int64_t(c.threads / G) * R,
-             want_params ? 2 * size_t(c.threads / ctx.info->warp_size) * G * VEC * sizeof(float) : 0);
+      with_rms_kernel(a, [&](auto rms) {
+        launch(norm_backward_registers<T, VEC, P, G, R, decltype(rms)::value>, "norm_backward_registers",
+               int64_t(c.threads / G) * R,
+               want_params ? 2 * size_t(c.threads / ctx.info->warp_size) * G * VEC * sizeof(float) : 0);
+      });
     });
   } else if (c.variant == Variant::kBlock) {
     with_block_packs(c.packs, [&](auto packs) {
-      launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1>, "norm_backward_registers", 1, 0);
+      with_rms_kernel(a, [&](auto rms) {
+        launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1, decltype(rms)::value>,
+               "norm_backward_registers", 1, 0);
+      });
     });
   } else if (c.variant == Variant::kCluster) {
     if constexpr (kClusterLaunch) {
       with_cluster_packs(c.packs, [&](auto packs) {
         constexpr int P = decltype(packs)::value;
         if constexpr (P * VEC <= kMaxClusterElems) {
-          const auto kernel = norm_backward_cluster<T, VEC, P>;
-          const int64_t clusters = cluster_grid(ctx, c, kernel, a.rows);  // one part of the sums each
-          ParamGradScratch scratch;
-          if (want_params && (status = param_grad_scratch(ctx, clusters, a.cols, false, &scratch)) != XVK_SUCCESS)
-            return;
-          status = launch_cluster_rows(ctx, c, kernel, "norm_backward_cluster", clusters, a, scratch.sums,
-                                       cluster_slice_cols(a.cols, VEC, c.group));
-          if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, scratch);
+          with_rms_kernel(a, [&](auto rms) {
+            const auto kernel = norm_backward_cluster<T, VEC, P, decltype(rms)::value>;
+            const int64_t clusters = cluster_grid(ctx, c, kernel, a.rows);  // one part of the sums each
+            ParamGradScratch scratch;
+            if (want_params && (status = param_grad_scratch(ctx, clusters, a.cols, false, &scratch)) != XVK_SUCCESS)
+              return;
+            status = launch_cluster_rows(ctx, c, kernel, "norm_backward_cluster", clusters, a, scratch.sums,
+                                         cluster_slice_cols(a.cols, VEC, c.group));
+            if (status == XVK_SUCCESS && want_params) status = finalize(ctx, a, scratch);
+          });
         }
       });
     }

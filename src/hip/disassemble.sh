@@ -209,10 +209,10 @@ excerpt() {
     "Block registers (LayerNorm forward, float16, a block per row; gamma and beta in float16, no residual)" reduce
   excerpt softmax gfx90a 'void xvk::gpu::(anonymous namespace)::softmax_forward_reread<false, hip_bfloat16, 8>(' \
     "Reread (softmax forward, bfloat16, a block streams its row twice)" reduce
-  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2>(' \
+  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2, false>(' \
     "Norm backward, group registers (float32, groups of 8 lanes; dgamma/dbeta partials summed across the wavefront)" reduce \
     '^v_xor_b32_e32 v[0-9]+, 32, v' 
-  excerpt norms gfx90a 'xvk::gpu::(anonymous namespace)::norm_backward_finalize(' \
+  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_backward_finalize<true>(' \
     "Norm backward finalize (dgamma/dbeta from the partials: a column per thread, its lanes' sums added in LDS)" lds
   excerpt batch_norm gfx90a 'void xvk::gpu::(anonymous namespace)::reduce_channels_first<xvk::gpu::(anonymous namespace)::StatsSource<__half, 8>, 8, false>(' \
     "BatchNorm statistics, channels-first (float16; Welford states merged across the wavefront, then the block)" reduce
@@ -220,7 +220,7 @@ excerpt() {
     "BatchNorm backward, rows pass (float16; vectors that straddle two channels, two coefficient sets)" stream
   excerpt softmax gfx1030 'void xvk::gpu::(anonymous namespace)::softmax_forward_registers<false, false, float, 4, 1, 32, 1, false>(' \
     "Group registers on wave32 (the first kernel again)" reduce
-  excerpt norms gfx1030 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2>(' \
+  excerpt norms gfx1030 'void xvk::gpu::(anonymous namespace)::norm_backward_registers<float, 4, 1, 8, 2, false>(' \
     "Norm backward on wave32 (the fourth kernel again)" reduce '^v_xor_b32_e32 v[0-9]+, 16, v' 
 } > "$out/excerpts.md"
 

@@ -278,28 +278,35 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
                         [&](const gpu::Config &c) { return gpu::norm_forward(g_ctx, a, &c); });
         }
 
-        // Backward from the forward's input (x + residual for LayerNorm) and statistics.
+        // Backward from the forward's input (x + residual for LayerNorm) and statistics, twice: as
+        // frameworks call it (LayerNorm: gamma in x's dtype, dbeta wanted; RMSNorm: zero-centered
+        // gamma, no dbeta), then with the other form of gamma, which the 16-bit kernels read
+        // through another loop (norms.cu, AffineForm), and LayerNorm without dbeta.
         const std::vector<float> hv = rms ? xv : res_out.host_values(), rstd_v = rstd.host_values();
         Twin h(t, hv), dy(t, dyv), saved_mean(DType::f32, mean.host_values()), saved_rstd(DType::f32, rstd_v),
             dx(t, size_t(n)), dgamma(t, size_t(cols)), dbeta(t, size_t(cols));
-        xvk_norm_backward_args b{};
-        b.rows = rows, b.cols = cols, b.dtype = dtype_id(t), b.rms = rms, b.zero_centered_gamma = rms;
-        b.param_dtype = b.dparam_dtype = dtype_id(t);
-        b.dy = {dy.h(), cols}, b.x = {h.h(), cols}, b.dx = {dx.h(), cols}, b.gamma = gamma.h();
-        b.mean = rms ? nullptr : static_cast<const float *>(saved_mean.h());
-        b.rstd = static_cast<const float *>(saved_rstd.h());
-        b.dgamma = dgamma.h(), b.dbeta = rms ? nullptr : dbeta.h();
-        REQUIRE(xvk::cpu::norm_backward(nullptr, &b) == XVK_SUCCESS);
-        b.dy.data = dy.dev, b.x.data = h.dev, b.dx.data = dx.dev, b.gamma = gamma.dev;
-        b.mean = rms ? nullptr : static_cast<const float *>(saved_mean.dev);
-        b.rstd = static_cast<const float *>(saved_rstd.dev);
-        b.dgamma = dgamma.dev, b.dbeta = rms ? nullptr : dbeta.dev;
-        std::vector<Twin *> bouts = {&dx, &dgamma};
-        std::vector<std::vector<double>> bfloors = {norm_dx_row_floor(dyv, rstd_v, gv, rms), {}};
-        if (!rms) bouts.push_back(&dbeta), bfloors.push_back({});
-        check_configs(what + " backward", gpu::OpKind::kNormBackward, t, cols, vec,
-                      std::max(max_finite_magnitude(hv), max_finite_magnitude(dyv)), bouts, bfloors,
-                      [&](const gpu::Config &c) { return gpu::norm_backward(g_ctx, b, &c); });
+        for (const bool usual : {true, false}) {
+          const bool zero_centered = usual == rms, want_dbeta = !rms && usual;
+          xvk_norm_backward_args b{};
+          b.rows = rows, b.cols = cols, b.dtype = dtype_id(t), b.rms = rms, b.zero_centered_gamma = zero_centered;
+          b.param_dtype = b.dparam_dtype = dtype_id(t);
+          b.dy = {dy.h(), cols}, b.x = {h.h(), cols}, b.dx = {dx.h(), cols}, b.gamma = gamma.h();
+          b.mean = rms ? nullptr : static_cast<const float *>(saved_mean.h());
+          b.rstd = static_cast<const float *>(saved_rstd.h());
+          b.dgamma = dgamma.h(), b.dbeta = want_dbeta ? dbeta.h() : nullptr;
+          REQUIRE(xvk::cpu::norm_backward(nullptr, &b) == XVK_SUCCESS);
+          b.dy.data = dy.dev, b.x.data = h.dev, b.dx.data = dx.dev, b.gamma = gamma.dev;
+          b.mean = rms ? nullptr : static_cast<const float *>(saved_mean.dev);
+          b.rstd = static_cast<const float *>(saved_rstd.dev);
+          b.dgamma = dgamma.dev, b.dbeta = want_dbeta ? dbeta.dev : nullptr;
+          std::vector<Twin *> bouts = {&dx, &dgamma};
+          std::vector<std::vector<double>> bfloors = {norm_dx_row_floor(dyv, rstd_v, gv, zero_centered), {}};
+          if (want_dbeta) bouts.push_back(&dbeta), bfloors.push_back({});
+          check_configs(what + " backward" + (zero_centered ? " zero-centered" : "") + (want_dbeta ? "" : " no dbeta"),
+                        gpu::OpKind::kNormBackward, t, cols, vec,
+                        std::max(max_finite_magnitude(hv), max_finite_magnitude(dyv)), bouts, bfloors,
+                        [&](const gpu::Config &c) { return gpu::norm_backward(g_ctx, b, &c); });
+        }
       }
 }
 
