@@ -723,8 +723,8 @@ struct RowDx {
 // the other kernels hold for the whole loop (with_rms_kernel picks it).
 // ptxas, sm_90: 16-bit groups of 32 lanes of 4 packs 228 -> 185 registers,
 // of one pack 82 -> 64; blocks of 8 packs 572 bytes spilled -> none. H200,
-// with the RMSNorm rows re-tuned, against one kernel for both: RMSNorm's
-// backward 0.973x the time over the benchmark's 54 cases, 16-bit 49152 x
+// with the backward's rows re-tuned, against one kernel for both: RMSNorm's
+// backward 0.966x the time over the benchmark's 54 cases, 16-bit 49152 x
 // 16384 0.79-0.81x (a block of 8 packs a lane, which spilled before);
 // float32 49152 x 32768 1.03x (bench/results/h200-2026-12-01-rms-backward.txt).
 template <class T, int VEC, int PACKS, int G, int ROWS, bool kRms>
