@@ -277,6 +277,27 @@ TEST_CASE("group and block rows hold the row in the fewest instantiated packs") 
   CHECK(blocks >= 2);
 }
 
+TEST_CASE("norm backward blocks of more than 32 elements a lane keep dbeta's sums in shared memory") {
+  Config c;
+  c.variant = Variant::kBlock, c.vec = 8, c.packs = 8;
+  // 16384 half columns: 256 lanes of 8 packs (64 elements), each with a run of 68 floats.
+  REQUIRE(complete_config(c, OpKind::kNormBackward, 1, 16384, kSm90));
+  CHECK(c.threads == 256);
+  CHECK(c.packs == 8);
+  CHECK(config_shared_bytes(OpKind::kNormBackward, c, 16384, 2) == 256 * 68 * 4);
+  CHECK(config_shared_bytes(OpKind::kNormForward, c, 16384, 2) == 0);  // only the backward holds sums
+  // A device whose blocks cannot have those bytes does not run it (64 KiB: the AMD LDS).
+  const DeviceLimits small_shared{32, 64 * 1024, true};
+  CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 16384, small_shared));
+  CHECK(complete_config(c, OpKind::kNormForward, 1, 16384, small_shared));
+  // 8192 columns in 4 packs: 32 elements, both sums in registers.
+  c.packs = 4;
+  REQUIRE(complete_config(c, OpKind::kNormBackward, 1, 8192, kSm90));
+  CHECK(c.packs == 4);
+  CHECK(config_shared_bytes(OpKind::kNormBackward, c, 8192, 2) == 0);
+  CHECK(complete_config(c, OpKind::kNormBackward, 1, 8192, small_shared));
+}
+
 TEST_CASE("the sm_90 BatchNorm table picks the single pass by memory order, width, size and channels") {
   const BatchNormTuning *t = tuning_table_for("sm_90").batch_norm;
   REQUIRE(t != nullptr);

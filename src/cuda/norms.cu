@@ -617,6 +617,27 @@ struct ParamGradSums {
   unsigned *counter = nullptr; // in-kernel finalize: blocks finished; null: a finalize kernel follows
 };
 
+// A thread's dbeta sums of ELEMS columns in dynamic shared memory (kernels
+// that cannot also hold them in registers: beta_sums_run_floats). Element e
+// is component e % 4 of float4 e / 4 of the thread's own run, so with e known
+// at compile time each access is the run's base plus a constant, and no
+// barrier guards the runs: no other thread touches them.
+template <int ELEMS>
+struct SharedBetaSums {
+  static_assert(ELEMS % 4 == 0, "shared dbeta sums are kept as float4s");
+  float4 *run;
+  __device__ __forceinline__ explicit SharedBetaSums(float4 *runs)
+      : run(runs + int(threadIdx.x) * (beta_sums_run_floats(ELEMS) / 4)) {}
+  __device__ __forceinline__ float &operator[](int e) const {
+    float4 &s = run[e / 4];
+    return e % 4 == 0 ? s.x : e % 4 == 1 ? s.y : e % 4 == 2 ? s.z : s.w;
+  }
+  __device__ __forceinline__ void zero() const {
+#pragma unroll
+    for (int q = 0; q < ELEMS / 4; ++q) run[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+};
+
 // dgamma[col] = g and dbeta[col] = b in the gradients' dtype.
 __device__ __forceinline__ void store_param_grads(const xvk_norm_backward_args &a, int64_t col, float g, float b) {
   auto store = [&](void *out, float v) {
@@ -733,6 +754,19 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   constexpr int S = kRms ? 1 : 2;  // row sums: [dy * g,] dy * g * xhat
   __shared__ float scratch[S * ROWS][kMaxWarpsPerBlock];
+  // Blocks whose lanes hold many elements keep dbeta's sums in dynamic
+  // shared memory (norm_backward_block_beta_shared), launched with
+  // config_shared_bytes of it. ptxas, sm_90, 16-bit blocks of 8 packs: 572
+  // (fp16) and 628 (bf16) bytes spilled -> 0 and 4. H200, with the rows
+  // re-tuned, against main in the same run: LayerNorm 16-bit 49152 x 16384
+  // backward 0.886-0.900x the time (a block of 8 packs, where main ran a
+  // cluster; 1.12-1.13x the copy time from 1.26), the other 106 norm
+  // backward cases 0.977-1.012x
+  // (bench/results/h200-2026-12-02-norm-backward-shared-dbeta.txt).
+  constexpr bool kBetaShared = !kRms && G == 0 && norm_backward_block_beta_shared(PACKS * VEC);
+  extern __shared__ float4 beta_runs[];
+  const SharedBetaSums<kBetaShared ? PACKS * VEC : 4> beta_sum(beta_runs);
+  if constexpr (kBetaShared) beta_sum.zero();
   constexpr bool kCache = kCacheAffine<PACKS, VEC>;
   constexpr bool kPrefetch = PACKS * VEC * ROWS <= kNormBackwardPrefetchElems;
   // 16-bit lanes of two or more 16-byte packs also ask L2 for the rows one step
@@ -759,7 +793,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
       }
     }
   }
-  float acc_g[PACKS][VEC] = {}, acc_b[PACKS][VEC] = {};
+  float acc_g[PACKS][VEC] = {}, acc_b[kBetaShared ? 1 : PACKS][VEC] = {};
   const float inv_cols = 1.0f / float(a.cols);
   const T *x_data = static_cast<const T *>(a.x.data), *dy_data = static_cast<const T *>(a.dy.data);
   // The rows' inputs as loaded: rows past the end (and columns past the
@@ -830,7 +864,10 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
             if constexpr (!kRms) sums[S * r] += dyg;
             sums[S * r + S - 1] += dyg * xhat[r][p][i];
             acc_g[p][i] += dy[r][p][i] * xhat[r][p][i];
-            if constexpr (!kRms) acc_b[p][i] += dy[r][p][i];
+            if constexpr (kBetaShared)
+              beta_sum[p * VEC + i] += dy[r][p][i];
+            else if constexpr (!kRms)
+              acc_b[p][i] += dy[r][p][i];
             dy[r][p][i] = dyg;  // from here on dy holds dy * gamma
           }
         }
@@ -869,7 +906,14 @@ __global__ void __launch_bounds__(register_kernel_max_threads(OpKind::kNormBackw
       const int col = map.col(p, VEC);
       if (col >= a.cols) continue;
       store_vec<float, VEC>(pg + col, acc_g[p]);
-      if constexpr (!kRms) store_vec<float, VEC>(pb + col, acc_b[p]);
+      if constexpr (kBetaShared) {
+        float b[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) b[i] = beta_sum[p * VEC + i];
+        store_vec<float, VEC>(pb + col, b);
+      } else if constexpr (!kRms) {
+        store_vec<float, VEC>(pb + col, acc_b[p]);
+      }
     }
   } else {
     // Groups hold the same columns: add them up across the lanes of a warp,
@@ -978,26 +1022,14 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
     norm_backward_reread_sums(const xvk_norm_backward_args a, const ParamGradSums sums_out) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   __shared__ float scratch[2][kMaxWarpsPerBlock];
-  extern __shared__ float4 beta_sums[];  // kBetaShared: [blockDim.x][kBetaRun]
-  static_assert(!kBetaShared || PACKS * VEC % 4 == 0, "shared dbeta sums are kept as float4s");
-  constexpr int kBetaRun = reread_sums_beta_run_floats(PACKS * VEC) / 4;  // float4s per thread
+  extern __shared__ float4 beta_runs[];  // kBetaShared: the threads' runs of dbeta sums
   const RowMapping<0, 1> map;
   const float inv_cols = 1.0f / float(a.cols);
   const bool want_beta = a.dbeta != nullptr;  // else its sums are written as 0, unread
   float acc_g[PACKS][VEC] = {}, acc_b[kBetaShared ? 1 : PACKS][VEC] = {};
-  // kBetaShared: element e of this thread's columns (p * VEC + i) is
-  // component e % 4 of float4 e / 4 of the thread's own run (padded: see
-  // reread_sums_beta_run_floats), so each access is the thread's base plus a
-  // constant.
-  float4 *const my_beta_sums = beta_sums + int(threadIdx.x) * kBetaRun;
-  auto beta_sum = [&](int e) -> float & {
-    float4 &s = my_beta_sums[e / 4];
-    return e % 4 == 0 ? s.x : e % 4 == 1 ? s.y : e % 4 == 2 ? s.z : s.w;
-  };
-  if constexpr (kBetaShared) {
-#pragma unroll
-    for (int e = 0; e < PACKS * VEC; ++e) beta_sum(e) = 0.0f;
-  }
+  // kBetaShared: element p * VEC + i of the thread's columns.
+  const SharedBetaSums<kBetaShared ? PACKS * VEC : 4> beta_sum(beta_runs);
+  if constexpr (kBetaShared) beta_sum.zero();
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *x = static_cast<const T *>(a.x.data) + row * a.x.row_stride;
     const T *dy = static_cast<const T *>(a.dy.data) + row * a.dy.row_stride;
@@ -1037,7 +1069,7 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
       for (int i = 0; i < VEC; ++i) {
         acc_g[p][i] += dyv[i] * xhat[i];
         if constexpr (kBetaShared) {
-          if (want_beta) beta_sum(p * VEC + i) += dyv[i];
+          if (want_beta) beta_sum[p * VEC + i] += dyv[i];
         } else {
           acc_b[p][i] += dyv[i];
         }
@@ -1055,7 +1087,7 @@ __global__ void __launch_bounds__(reread_sums_max_threads(PACKS * VEC, kBetaShar
     if constexpr (kBetaShared) {
       float b[VEC];
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) b[i] = want_beta ? beta_sum(p * VEC + i) : 0.0f;
+      for (int i = 0; i < VEC; ++i) b[i] = want_beta ? beta_sum[p * VEC + i] : 0.0f;
       store_vec<float, VEC>(pb + col, b);
     } else {
       store_vec<float, VEC>(pb + col, acc_b[p]);
@@ -1501,8 +1533,9 @@ xvk_status_t backward(Context &ctx, const Config &c, const xvk_norm_backward_arg
   } else if (c.variant == Variant::kBlock) {
     with_block_packs(c.packs, [&](auto packs) {
       with_rms_kernel(a, [&](auto rms) {
-        launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1, decltype(rms)::value>,
-               "norm_backward_registers", 1, 0);
+        constexpr bool kRms = decltype(rms)::value;
+        launch(norm_backward_registers<T, VEC, decltype(packs)::value, 0, 1, kRms>, "norm_backward_registers", 1,
+               kRms ? 0 : size_t(config_shared_bytes(OpKind::kNormBackward, c, a.cols, sizeof(T))));
       });
     });
   } else if (c.variant == Variant::kCluster) {

@@ -104,7 +104,9 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       c.rows = 1;
       // A block of few threads leaves the reductions' barriers exposed; the
       // group variant serves such rows better, so only take real blocks.
-      return c.threads >= 2 * warp_size && c.threads <= register_kernel_max_threads(op, 0, c.packs * c.vec, elem_size);
+      return c.threads >= 2 * warp_size && c.threads <= register_kernel_max_threads(op, 0, c.packs * c.vec, elem_size) &&
+             (config_shared_bytes(op, c, cols, elem_size) == 0 ||
+              config_shared_bytes(op, c, cols, elem_size) + kSharedReserve <= limits.max_shared_bytes);
     }
     case Variant::kReread:
       c.rows = 1;

@@ -96,10 +96,22 @@ inline constexpr bool reread_sums_beta_shared(int elems, int threads) {
 inline constexpr int reread_sums_max_threads(int elems, bool beta_shared) {
   return beta_shared ? reread_sums_beta_shared_max_threads(elems) : reread_sums_registers_max_threads(elems);
 }
-// Floats of one thread's run of shared dbeta sums: its columns, padded by one
-// float4 so that the threads of a 16-byte access phase fall in different
-// banks. The kernel lays the runs out with it; config_shared_bytes sizes them.
-inline constexpr int reread_sums_beta_run_floats(int elems) { return elems + 4; }
+// Floats of one thread's run of shared dbeta sums (kRereadSums, and the
+// kBlock norm backward kernels below): its columns, padded by one float4 so
+// that the threads of a 16-byte access phase fall in different banks. The
+// kernels lay the runs out with it (SharedBetaSums); config_shared_bytes
+// sizes them.
+inline constexpr int beta_sums_run_floats(int elems) { return elems + 4; }
+
+// The norm backward's kBlock kernels whose lanes hold more than this many
+// elements keep their dbeta sums in dynamic shared memory, as kRereadSums
+// does: 16-bit blocks of 8 packs (64 elements a lane) spilled 572-628 bytes
+// with every sum in registers (ptxas, sm_90). RMSNorm's kRms kernels, which
+// have no dbeta, take none.
+inline constexpr int kNormBackwardBlockBetaRegisterElems = 32;
+inline constexpr bool norm_backward_block_beta_shared(int elems) {
+  return elems > kNormBackwardBlockBetaRegisterElems;
+}
 
 // What a configuration must fit on the device that runs it.
 struct DeviceLimits {
@@ -156,15 +168,19 @@ inline constexpr int kGridCoversRows = -1;
 
 // The dynamic shared memory the kernel of a completed Config c is launched
 // with for a row of `cols` elements of elem_size bytes: the staged rows of
-// kShared and kSharedDy, kRereadSums' dbeta sums when they live there, else
-// 0. complete_config checks it against the device, the launchers use it.
+// kShared and kSharedDy, the dbeta sums of kRereadSums and of the norm
+// backward's kBlock kernels when they live there, else 0. complete_config checks it against the device, the launchers use it.
 inline constexpr int64_t config_shared_bytes(OpKind op, const Config &c, int64_t cols, int elem_size) {
   switch (c.variant) {
     case Variant::kShared: return shared_bytes(op, cols, c.vec, elem_size);
     case Variant::kSharedDy: return op == OpKind::kSoftmaxBackward ? shared_row_bytes(cols, c.vec, elem_size) : 0;
     case Variant::kRereadSums:
       return reread_sums_beta_shared(c.packs * c.vec, c.threads)
-                 ? int64_t(c.threads) * reread_sums_beta_run_floats(c.packs * c.vec) * 4
+                 ? int64_t(c.threads) * beta_sums_run_floats(c.packs * c.vec) * 4
+                 : 0;
+    case Variant::kBlock:
+      return op == OpKind::kNormBackward && norm_backward_block_beta_shared(c.packs * c.vec)
+                 ? int64_t(c.threads) * beta_sums_run_floats(c.packs * c.vec) * 4
                  : 0;
     default: return 0;
   }
