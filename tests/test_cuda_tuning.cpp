@@ -224,8 +224,15 @@ TEST_CASE("a cluster row splits the norm backward's row over its blocks, where t
   c.threads = 256;  // two per thread
   REQUIRE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
   CHECK(c.packs == 2);
-  c.threads = 128;  // four: 32 elements, more than the registers hold
+  c.threads = 128;  // four: 32 elements
+  REQUIRE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
+  CHECK(c.packs == 4);
+  c.threads = 64;  // eight: 64 elements, more than the registers hold
   CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
+  c.vec = 4, c.threads = 256;  // float32, four: 16 elements
+  REQUIRE(complete_config(c, OpKind::kNormBackward, 0, 32768, kSm90));
+  CHECK(c.packs == 4);
+  c.vec = 8;
   c.threads = 1024;  // warps without columns
   CHECK_FALSE(complete_config(c, OpKind::kNormBackward, 1, 32768, kSm90));
   c.threads = 512;

@@ -125,9 +125,14 @@ struct DeviceLimits {
 // ceil(vectors / blocks) vectors; each of its threads holds packs of them
 // (ClusterPacks, the kernels' instantiations too) up to kMaxClusterElems
 // elements, with x, dy, gamma and the dgamma/dbeta sums all in registers.
+// 32 lets 16-bit lanes hold 4 packs: H200, xvk-tune's candidates at 32768
+// columns, best of them against the best of the rest: LayerNorm fp16
+// 0.963x the time (49152 rows), RMSNorm bf16 0.941x; bf16 LayerNorm and
+// every 16384-column shape lose (1.02-1.35x), and the tuner leaves them
+// (bench/results/h200-2026-12-02-norm-backward-shared-dbeta.txt).
 inline constexpr int kMaxClusterBlocks = 8;
 using ClusterPacks = std::integer_sequence<int, 1, 2, 4>;
-inline constexpr int kMaxClusterElems = 16;
+inline constexpr int kMaxClusterElems = 32;
 inline constexpr int cluster_kernel_max_threads(int elems) { return elems <= 4 ? 1024 : elems <= 8 ? 512 : 256; }
 
 // kShared keeps the row as stored (the call's dtype), in whole vectors, in
