@@ -174,7 +174,8 @@ inline constexpr int kGridCoversRows = -1;
 // The dynamic shared memory the kernel of a completed Config c is launched
 // with for a row of `cols` elements of elem_size bytes: the staged rows of
 // kShared and kSharedDy, the dbeta sums of kRereadSums and of the norm
-// backward's kBlock kernels when they live there, else 0. complete_config checks it against the device, the launchers use it.
+// backward's kBlock kernels when they live there, else 0. complete_config
+// checks it against the device, the launchers use it.
 inline constexpr int64_t config_shared_bytes(OpKind op, const Config &c, int64_t cols, int elem_size) {
   switch (c.variant) {
     case Variant::kShared: return shared_bytes(op, cols, c.vec, elem_size);
