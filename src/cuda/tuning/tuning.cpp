@@ -25,6 +25,10 @@ int next_pow2(int64_t v) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Whether a block may have `bytes` of dynamic shared memory beside the
+// kernels' own static shared memory (kSharedReserve).
+bool fits_shared(int64_t bytes, const DeviceLimits &limits) { return bytes + kSharedReserve <= limits.max_shared_bytes; }
+
 // Every table, for both backends: the CUDA module is built with the NVIDIA
 // rows, the HIP module (XVK_TUNING_HIP) with the AMD ones. A device takes the
 // first row of its architecture whose min_memory_gbps its peak bandwidth
@@ -104,9 +108,9 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       c.rows = 1;
       // A block of few threads leaves the reductions' barriers exposed; the
       // group variant serves such rows better, so only take real blocks.
+      const int64_t bytes = config_shared_bytes(op, c, cols, elem_size);
       return c.threads >= 2 * warp_size && c.threads <= register_kernel_max_threads(op, 0, c.packs * c.vec, elem_size) &&
-             (config_shared_bytes(op, c, cols, elem_size) == 0 ||
-              config_shared_bytes(op, c, cols, elem_size) + kSharedReserve <= limits.max_shared_bytes);
+             (bytes == 0 || fits_shared(bytes, limits));
     }
     case Variant::kReread:
       c.rows = 1;
@@ -119,7 +123,7 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       if (c.packs == 0 || elems > kMaxRereadSumsElems) return false;
       const bool beta_shared = reread_sums_beta_shared(elems, c.threads);
       if (c.threads > reread_sums_max_threads(elems, beta_shared)) return false;
-      return !beta_shared || config_shared_bytes(op, c, cols, elem_size) + kSharedReserve <= limits.max_shared_bytes;
+      return !beta_shared || fits_shared(config_shared_bytes(op, c, cols, elem_size), limits);
     }
     case Variant::kCluster: {
       c.rows = 1;
@@ -141,7 +145,7 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
     case Variant::kSharedDy: {
       c.rows = 1;
       const int64_t bytes = config_shared_bytes(op, c, cols, elem_size);
-      const bool fits = bytes > 0 && bytes + kSharedReserve <= limits.max_shared_bytes;
+      const bool fits = bytes > 0 && fits_shared(bytes, limits);
       return fits && c.threads >= warp_size && c.threads <= kMaxThreads && c.threads % warp_size == 0;
     }
   }

@@ -102,6 +102,8 @@ inline constexpr int reread_sums_max_threads(int elems, bool beta_shared) {
 // kernels lay the runs out with it (SharedBetaSums); config_shared_bytes
 // sizes them.
 inline constexpr int beta_sums_run_floats(int elems) { return elems + 4; }
+// The bytes of a block's runs.
+inline constexpr int64_t beta_sums_bytes(int threads, int elems) { return int64_t(threads) * beta_sums_run_floats(elems) * 4; }
 
 // The norm backward's kBlock kernels whose lanes hold more than this many
 // elements keep their dbeta sums in dynamic shared memory, as kRereadSums
@@ -181,12 +183,10 @@ inline constexpr int64_t config_shared_bytes(OpKind op, const Config &c, int64_t
     case Variant::kShared: return shared_bytes(op, cols, c.vec, elem_size);
     case Variant::kSharedDy: return op == OpKind::kSoftmaxBackward ? shared_row_bytes(cols, c.vec, elem_size) : 0;
     case Variant::kRereadSums:
-      return reread_sums_beta_shared(c.packs * c.vec, c.threads)
-                 ? int64_t(c.threads) * beta_sums_run_floats(c.packs * c.vec) * 4
-                 : 0;
+      return reread_sums_beta_shared(c.packs * c.vec, c.threads) ? beta_sums_bytes(c.threads, c.packs * c.vec) : 0;
     case Variant::kBlock:
       return op == OpKind::kNormBackward && norm_backward_block_beta_shared(c.packs * c.vec)
-                 ? int64_t(c.threads) * beta_sums_run_floats(c.packs * c.vec) * 4
+                 ? beta_sums_bytes(c.threads, c.packs * c.vec)
                  : 0;
     default: return 0;
   }
