@@ -114,7 +114,7 @@ std::string chosen_variant(const std::string &op, const DType &t, int64_t rows, 
   const Flavour flavour = flavour_of(op.rfind("log_", 0) == 0 || op.rfind("rms_", 0) == 0);
   // Clusters as DeviceInfo::clusters has them on this benchmark's sm_90 builds.
   const Config c = choose_config(*bench_device().table, kind, flavour, t.id, rows, cols, vec,
-                                 DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin), prop.major >= 9});
+                                 DeviceLimits{prop.warpSize, int(prop.sharedMemPerBlockOptin), prop.major >= 9, prop.major >= 8});
   return config_name(c);
 }
 

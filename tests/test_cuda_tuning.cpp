@@ -19,8 +19,8 @@ using namespace xvk::gpu;
 namespace {
 
 // An H100 or H200: 32-lane warps, 227 KiB of shared memory per block with the
-// opt-in, thread block clusters.
-const DeviceLimits kSm90{32, 227 * 1024, true};
+// opt-in, thread block clusters, asynchronous copies.
+const DeviceLimits kSm90{32, 227 * 1024, true, true};
 
 int vec_of(int dtype) { return dtype == 0 ? 4 : 8; }  // 16 bytes of float32 or of 16-bit values
 
@@ -364,4 +364,44 @@ TEST_CASE("the sm_90 BatchNorm table asks for pass 2's last-use loads up to 32 M
       CHECK_FALSE(batch_norm_last_use_loads(t, last, element, bytes_of(256, 2048, 7, 7, element)));
     }
   CHECK_FALSE(batch_norm_last_use_loads(nullptr, false, 2, bytes_of(16, 32, 112, 112, 2)));
+}
+
+TEST_CASE("ring kernels: the softmax forward's, 16-byte vectors, a row's chunks and at most seven ahead") {
+  Config c;
+  c.variant = Variant::kRing, c.vec = 8, c.packs = 4, c.threads = 512, c.group = 3;
+  // 32768 half columns: 4096 vectors, chunks of 512 x 4: two a row, one ahead, 3 x 32 KiB.
+  REQUIRE(complete_config(c, OpKind::kSoftmaxForward, 1, 32768, kSm90));
+  CHECK(ring_chunks(4096, 512, 4) == 2);
+  CHECK(config_shared_bytes(OpKind::kSoftmaxForward, c, 32768, 2) == 3 * 512 * 4 * 16);
+  c.group = 2;  // nothing ahead: kShared's job
+  CHECK_FALSE(complete_config(c, OpKind::kSoftmaxForward, 1, 32768, kSm90));
+  c.group = 9;  // more slots than the ring has
+  CHECK_FALSE(complete_config(c, OpKind::kSoftmaxForward, 1, 32768, kSm90));
+  c.group = 7, c.packs = 2;  // 4 chunks a row, 3 ahead: 7 x 16 KiB
+  CHECK(complete_config(c, OpKind::kSoftmaxForward, 1, 32768, kSm90));
+  c.packs = 3;  // not instantiated
+  CHECK_FALSE(complete_config(c, OpKind::kSoftmaxForward, 1, 32768, kSm90));
+  c.packs = 4, c.group = 3;
+  for (int op = 1; op < 4; ++op) CHECK_FALSE(complete_config(c, OpKind(op), 1, 32768, kSm90));
+  c.vec = 4;  // 8-byte vectors of halves: the copies move 16 bytes
+  CHECK_FALSE(complete_config(c, OpKind::kSoftmaxForward, 1, 32768, kSm90));
+  c.vec = 4;
+  CHECK(complete_config(c, OpKind::kSoftmaxForward, 0, 16384, kSm90));  // float32: 4 a vector
+  c.blocks_per_sm = kGridCoversRows;  // a block per row: nothing to copy ahead
+  CHECK_FALSE(complete_config(c, OpKind::kSoftmaxForward, 0, 16384, kSm90));
+  c.blocks_per_sm = 0;
+  const DeviceLimits no_async{32, 227 * 1024, true, false};
+  CHECK_FALSE(complete_config(c, OpKind::kSoftmaxForward, 0, 16384, no_async));
+  const DeviceLimits small_shared{32, 64 * 1024, true, true};  // 3 x 32 KiB do not fit
+  CHECK_FALSE(complete_config(c, OpKind::kSoftmaxForward, 0, 16384, small_shared));
+  // The candidates: only where a device has the copies, never covering the rows.
+  int with = 0, covering = 0, without = 0;
+  for (const Config &k : candidate_configs(OpKind::kSoftmaxForward, 1, 32768, 8, kSm90))
+    if (k.variant == Variant::kRing) ++with, covering += k.blocks_per_sm == kGridCoversRows;
+  for (const Config &k : candidate_configs(OpKind::kSoftmaxForward, 1, 32768, 8, no_async))
+    without += k.variant == Variant::kRing;
+  CHECK(with > 0);
+  CHECK(covering == 0);
+  CHECK(without == 0);
+  CHECK(config_name(c) == "ring3.p4.t512");
 }

@@ -378,6 +378,13 @@ bool with_cluster_packs(int packs, F &&f) {
   return with_packs_of(ClusterPacks{}, packs, f);
 }
 
+// Calls f(IntConst<PACKS>) for an instantiated kRing shape (RingPacks,
+// tuning.hpp).
+template <class F>
+bool with_ring_packs(int packs, F &&f) {
+  return with_packs_of(RingPacks{}, packs, f);
+}
+
 // Calls f(T{}) with the storage type of an xvk_dtype_id.
 template <class F>
 void with_dtype(int dtype, F &&f) {

@@ -24,12 +24,13 @@ struct DeviceInfo {
   bool cooperative_launch = false;
   bool dependent_launch = false;  // launches may overlap the previous kernel (NVIDIA sm_90 and later)
   bool clusters = false;          // launch_clustered works here (NVIDIA sm_90 and later, code built for it)
+  bool async_copies = false;      // copy_async_16 runs in the background (NVIDIA sm_80 and later)
   int64_t l2_bytes = 0;
   int memory_gbps = 0;  // peak DRAM bandwidth (peak_memory_gbps), 0 if unknown: chooses among an arch's tables
   char arch[16] = "";  // "sm_90", "gfx90a"
   const TuningTable *table = nullptr;
   TuningIndex table_index;  // table's rows by operator and dtype
-  DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block, clusters}; }
+  DeviceLimits limits() const { return DeviceLimits{warp_size, max_smem_per_block, clusters, async_copies}; }
 };
 
 // Reads (once, thread-safely) and returns the facts of device `id`.

@@ -191,6 +191,8 @@ const DeviceInfo &device_info(int id) {
     std::snprintf(info.arch, sizeof info.arch, "sm_%d%d", prop.major, prop.minor);
     info.dependent_launch = prop.major >= 9 && runs_sm90_code(id);
     info.clusters = info.dependent_launch;  // the same condition: sm_90 code on an sm_90 (or later) device
+    // (Code built for older architectures copies at once: correct, not overlapped.)
+    info.async_copies = prop.major >= 8;
 #endif
     int clock_khz = 0, bus_bits = 0;
     if (get_memory_clock_khz(&clock_khz, id) != kSuccess || get_memory_bus_bits(&bus_bits, id) != kSuccess) {

@@ -1399,6 +1399,7 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
     case Variant::kRereadSums:  // the backward's (complete_config)
     case Variant::kCluster:     // the backward's (complete_config)
     case Variant::kSharedDy:    // the softmax backward's (complete_config)
+    case Variant::kRing:        // the softmax forward's (complete_config)
       break;
   }
   return status;

@@ -609,6 +609,48 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
 #endif
 }
 
+// Copies from global to shared memory that do not pass through registers
+// (NVIDIA sm_80 and later: cp.async), for kernels that keep loads in flight
+// while they work on data already landed (kRing). A thread starts copies
+// (copy_async_16), closes them into a group (async_copies_commit), and later
+// waits until at most n of its groups are still in flight
+// (async_copies_wait<n>): the copies of the others are then visible to that
+// thread, and only to it. kAsyncCopy: the backend has them (DeviceLimits::
+// async_copies). Code built for older NVIDIA architectures copies at once.
+inline constexpr bool kAsyncCopy = XVK_GPU_CUDA;
+__device__ __forceinline__ void copy_async_16(void *shared_dst, const void *global_src) {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = unsigned(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src) : "memory");
+#else
+  *static_cast<uint4 *>(shared_dst) = *static_cast<const uint4 *>(global_src);
+#endif
+}
+__device__ __forceinline__ void async_copies_commit() {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void async_copies_wait() {
+#if XVK_GPU_CUDA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+// The same with n known at run time, 0 <= n <= 7 (kMaxRingAhead).
+__device__ __forceinline__ void async_copies_wait(int n) {
+  switch (n) {
+    case 0: async_copies_wait<0>(); break;
+    case 1: async_copies_wait<1>(); break;
+    case 2: async_copies_wait<2>(); break;
+    case 3: async_copies_wait<3>(); break;
+    case 4: async_copies_wait<4>(); break;
+    case 5: async_copies_wait<5>(); break;
+    case 6: async_copies_wait<6>(); break;
+    default: async_copies_wait<7>(); break;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Arithmetic the vendors spell differently
 // ---------------------------------------------------------------------------

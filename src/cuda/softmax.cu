@@ -304,6 +304,92 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_shared(const xvk_
   softmax_forward_streamed<kLog, T, VEC, true>(a, reinterpret_cast<Pack<T, VEC> *>(shared_row), scratch);
 }
 
+// kRing (tuning.hpp): the block's rows pass through a ring of `slots` chunk
+// slots in shared memory. Each thread copies its own vectors of each chunk
+// (PACKS of them, threads apart) with asynchronous copies and reads back only
+// those, so the ring needs no barrier: a thread waits for its own copies
+// alone. The ring starts full; as the output pass finishes with a chunk, the
+// thread copies the chunk `slots` ahead into its slot, so at the start of each
+// row `slots - chunks` chunks are in flight behind the row's own. The passes
+// over the row are those of softmax_forward_streamed.
+template <bool kLog, class T, int VEC, int PACKS>
+__global__ void __launch_bounds__(kMaxThreads) softmax_forward_ring(const xvk_softmax_forward_args a, int slots) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
+  extern __shared__ uint4 shared_row[];  // the slots, chunk after chunk
+  using P = Pack<T, VEC>;
+  P *const ring = reinterpret_cast<P *>(shared_row) + threadIdx.x;  // this thread's first vector of slot 0
+  const int64_t vectors = a.cols / VEC;  // VEC divides cols (complete_config: 16-byte vectors)
+  const int stride = blockDim.x, chunk_vectors = stride * PACKS;
+  const int chunks = int((vectors + chunk_vectors - 1) / chunk_vectors);
+  // The next chunk to copy: of row copy_row, chunk copy_part, into slot copy_slot.
+  int64_t copy_row = blockIdx.x;
+  int copy_part = 0, copy_slot = 0;
+  auto copy_next = [&] {
+    if (copy_row < a.rows) {
+      const P *x = reinterpret_cast<const P *>(static_cast<const T *>(a.x.data) + copy_row * a.x.row_stride);
+      const int64_t first = int64_t(copy_part) * chunk_vectors + threadIdx.x;
+      const int64_t live = (causal_limit(a, copy_row) + VEC - 1) / VEC;  // none past the causal limit
+#pragma unroll
+      for (int k = 0; k < PACKS; ++k)
+        if (first + k * stride < live)
+          copy_async_16(ring + copy_slot * chunk_vectors + k * stride, x + first + k * stride);
+    }
+    async_copies_commit();  // a group per chunk, empty past the last row: the waits count chunks
+    if (++copy_part == chunks) copy_part = 0, copy_row += gridDim.x;
+    if (++copy_slot == slots) copy_slot = 0;
+  };
+  for (int s = 0; s < slots; ++s) copy_next();
+  int first_slot = 0;  // the current row's first chunk
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    async_copies_wait(slots - chunks);  // this row's chunks have landed
+    const LogitsRow<T> logits(a, row, true);
+    const int64_t live = (logits.limit + VEC - 1) / VEC;  // vectors with a column the causal mask keeps
+    float max = kNegInf, sum = 0.0f;
+    for (int part = 0, slot = first_slot; part < chunks; ++part, slot = slot + 1 == slots ? 0 : slot + 1) {
+#pragma unroll
+      for (int k = 0; k < PACKS; ++k) {
+        const int64_t v = int64_t(part) * chunk_vectors + k * stride + threadIdx.x;
+        if (v >= live) break;
+        float z[VEC];
+        logits.apply(a, v * VEC, ring[slot * chunk_vectors + k * stride], z);
+        float new_max = max;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) new_max = max_nan(new_max, z[i]);
+        if (new_max == kNegInf) continue;
+        sum *= exp2_fast((max - new_max) * kLog2e);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) sum += exp2_fast((z[i] - new_max) * kLog2e);
+        max = new_max;
+      }
+    }
+    float row_max[1] = {max};
+    RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
+    float row_sum[1] = {max == kNegInf ? 0.0f : sum * exp2_fast((max - row_max[0]) * kLog2e)};
+    RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
+    const float shift = exp_shift(row_max[0]), k_out = output_constant<kLog>(row_max[0], row_sum[0]);
+    T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
+    for (int part = 0; part < chunks; ++part) {
+#pragma unroll
+      for (int k = 0; k < PACKS; ++k) {
+        const int64_t v = int64_t(part) * chunk_vectors + k * stride + threadIdx.x;
+        if (v >= vectors) break;
+        float z[VEC];
+        logits.apply(a, v * VEC, v < live ? ring[first_slot * chunk_vectors + k * stride] : P{}, z);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float d = z[i] - shift;
+          z[i] = kLog ? d - k_out : exp2_fast(d * kLog2e) * k_out;
+        }
+        store_vec<T, VEC>(y + v * VEC, z);
+      }
+      copy_next();  // into first_slot, which this thread has read for the last time
+      if (++first_slot == slots) first_slot = 0;
+    }
+  }
+  async_copies_wait<0>();  // (only empty groups can be left: rows past the last)
+}
+
 // The backward's dx from y, dy and the row's sum acc (of dy, log-softmax, or
 // of dy * y, softmax).
 template <bool kLog, int VEC>
@@ -538,6 +624,15 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       if constexpr (!kForward)
         status = launch_rows_smem(ctx, c, softmax_backward_shared<T, VEC, Staged::kDy>, "softmax_backward_shared",
                                   a.rows, 1, size_t(config_shared_bytes(OpKind::kSoftmaxBackward, c, a.cols, sizeof(T))), a);
+      break;
+    case Variant::kRing:  // the forward's, on 16-byte vectors, where copies run in the background (complete_config)
+      if constexpr (kForward && kAsyncCopy && VEC * sizeof(T) == 16)
+        with_ring_packs(c.packs, [&](auto packs) {
+          constexpr int P = decltype(packs)::value;
+          status = launch_rows_smem(ctx, c, softmax_forward_ring<kLog, T, VEC, P>, "softmax_forward_ring", a.rows, 1,
+                                    size_t(config_shared_bytes(OpKind::kSoftmaxForward, c, a.cols, sizeof(T))), a,
+                                    c.group);
+        });
       break;
     case Variant::kRereadSums:  // the norm backward's (complete_config)
     case Variant::kCluster:     // the norm backward's (complete_config)

@@ -1,5 +1,6 @@
 #include "cuda/tuning/tuning.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -141,6 +142,18 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       return c.threads <= ceil_div(ceil_div(slice, c.packs), warp_size) * warp_size &&
              c.threads <= cluster_kernel_max_threads(c.packs * c.vec);
     }
+    case Variant::kRing: {
+      // The softmax forward's, on the 16-byte vectors the copies move whole;
+      // never on a grid covering the rows (a block's ring runs across its rows).
+      c.rows = 1;
+      if (op != OpKind::kSoftmaxForward || !limits.async_copies || c.vec * elem_size != 16 ||
+          c.blocks_per_sm == kGridCoversRows || c.packs < 1 || fit_packs_of(RingPacks{}, c.packs) != c.packs ||
+          c.threads < 2 * warp_size || c.threads > kMaxThreads || c.threads % warp_size != 0)
+        return false;
+      const int64_t chunks = ring_chunks(vectors, c.threads, c.packs);
+      return c.group > chunks && c.group - chunks <= kMaxRingAhead && c.group <= kMaxRingSlots &&
+             fits_shared(config_shared_bytes(op, c, cols, elem_size), limits);
+    }
     case Variant::kShared:
     case Variant::kSharedDy: {
       c.rows = 1;
@@ -194,13 +207,15 @@ const char *variant_name(Variant v) {
     case Variant::kRereadSums: return "rereadsums";
     case Variant::kSharedDy: return "shareddy";
     case Variant::kCluster: return "cluster";
+    case Variant::kRing: return "ring";
   }
   return "?";
 }
 
 std::string config_name(const Config &c) {
   std::string s = variant_name(c.variant);
-  if (c.variant == Variant::kGroup || c.variant == Variant::kCluster) s += std::to_string(c.group);
+  if (c.variant == Variant::kGroup || c.variant == Variant::kCluster || c.variant == Variant::kRing)
+    s += std::to_string(c.group);
   s += ".p" + std::to_string(c.packs);
   if (c.variant == Variant::kGroup) s += ".r" + std::to_string(c.rows);
   s += ".t" + std::to_string(c.threads);
@@ -241,6 +256,24 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
       c.variant = Variant::kCluster, c.vec = vec, c.group = blocks, c.threads = threads;
       if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
     }
+  // kRing where a row fills at least a 16-byte vector per lane of 512
+  // threads: one or two chunks ahead, or as many as the slots allowed.
+  if (op == OpKind::kSoftmaxForward && vec * dtype_bytes(dtype) == 16 && cols * dtype_bytes(dtype) >= 8192)
+    for (int threads : {512, 1024})
+      for (int packs : {2, 4}) {
+        const int64_t chunks = ring_chunks(ceil_div(cols, vec), threads, packs);
+        const int64_t slot_bytes = int64_t(threads) * packs * 16;
+        const int64_t most = std::min<int64_t>({kMaxRingSlots, chunks + kMaxRingAhead,
+                                                (limits.max_shared_bytes - kSharedReserve) / slot_bytes});
+        int64_t last = 0;
+        for (int64_t slots : {chunks + 1, chunks + 2, most}) {  // ascending, but for a `most` below them
+          if (slots > most || slots <= last) continue;
+          last = slots;
+          Config c;
+          c.variant = Variant::kRing, c.vec = vec, c.group = int(slots), c.packs = packs, c.threads = threads;
+          if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
+        }
+      }
   // Capping resident blocks keeps a re-read row in L2 between its two passes,
   // and makes fewer partial sums for the norm backward. A grid covering the
   // rows (no persistent loop) suits the rest.
@@ -252,7 +285,7 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
         c.blocks_per_sm = cap;
         out.push_back(c);
       }
-    if (op != OpKind::kNormBackward) {
+    if (op != OpKind::kNormBackward && out[i].variant != Variant::kRing) {
       Config c = out[i];
       c.blocks_per_sm = kGridCoversRows;
       out.push_back(c);

@@ -21,6 +21,8 @@ enum class Variant : int {
   kSharedDy = 5,    // softmax backward: as kShared, keeping dy's row only (a row pair too wide for shared memory)
   kCluster = 6,     // norm backward: a cluster of `group` blocks owns a row, each block a slice of its columns in
                     // registers, their row sums met in shared memory (thread block clusters: NVIDIA sm_90 and later)
+  kRing = 7,        // softmax forward: as kShared, the block's next rows copied ahead into a ring of shared-memory
+                    // slots while it works on the current one (asynchronous copies: NVIDIA sm_80 and later)
 };
 
 // Instantiated shapes: group widths 1..32 (a sub-warp on any vendor), packs
@@ -120,6 +122,7 @@ struct DeviceLimits {
   int warp_size = 0;         // the device's (DeviceInfo::warp_size): no default
   int max_shared_bytes = 0;  // dynamic shared memory one block may have (0: no kShared)
   bool clusters = false;     // thread block clusters can be launched (kCluster)
+  bool async_copies = false; // copies from global to shared memory run in the background (kRing)
 };
 
 // kCluster: blocks per cluster 2, 4 or 8 (8, the most every sm_90 device
@@ -136,6 +139,23 @@ inline constexpr int kMaxClusterBlocks = 8;
 using ClusterPacks = std::integer_sequence<int, 1, 2, 4>;
 inline constexpr int kMaxClusterElems = 32;
 inline constexpr int cluster_kernel_max_threads(int elems) { return elems <= 4 ? 1024 : elems <= 8 ? 512 : 256; }
+
+// kRing: each thread copies its vectors of a row, `packs` of them per chunk
+// of the row (threads * packs vectors), into a ring of `group` chunk slots
+// in dynamic shared memory, as stored; the slots a row does not fill hold
+// the chunks of the block's next rows, their copies in flight while the
+// block reduces and writes the current row. A row takes
+// ring_chunks(vectors, threads, packs) slots; at most kMaxRingAhead more
+// (the deepest wait the kernels spell), and at most kMaxRingSlots in all.
+// Why: on the H200 the kShared and kBlock kernels of 32768-column rows keep
+// one to three rows per SM and leave DRAM idle while a block reduces
+// (1.13-1.15x the copy time, 1.00x on the H100's slower memory).
+using RingPacks = std::integer_sequence<int, 1, 2, 4>;
+inline constexpr int kMaxRingAhead = 7;
+inline constexpr int kMaxRingSlots = 8;
+inline constexpr int64_t ring_chunks(int64_t vectors, int threads, int packs) {
+  return (vectors + int64_t(threads) * packs - 1) / (int64_t(threads) * packs);
+}
 
 // kShared keeps the row as stored (the call's dtype), in whole vectors, in
 // dynamic shared memory; the kernels' own static shared memory stays below
@@ -157,8 +177,9 @@ inline constexpr int64_t shared_bytes(OpKind op, int64_t cols, int vec, int elem
 struct Config {
   Variant variant = Variant::kReread;
   int vec = 1;       // elements per memory access (16 bytes worth, or 1)
-  int group = 0;     // kGroup: lanes per row; kCluster: blocks per row (per cluster)
-  int packs = 1;     // kGroup, kBlock, kRereadSums, kCluster: vectors per lane per row (kGroup, kBlock: fit_packs)
+  int group = 0;     // kGroup: lanes per row; kCluster: blocks per row (per cluster); kRing: chunk slots
+  int packs = 1;     // kGroup, kBlock, kRereadSums, kCluster: vectors per lane per row (kGroup, kBlock: fit_packs);
+                     // kRing: per lane per chunk
   int rows = 1;      // kGroup: rows per group at once (1 or 2)
   int threads = 256; // threads per block
   int blocks_per_sm = 0;  // grid: 0, as many blocks as fit at once; n > 0, at most n per SM; kGridCoversRows
@@ -175,13 +196,14 @@ inline constexpr int kGridCoversRows = -1;
 
 // The dynamic shared memory the kernel of a completed Config c is launched
 // with for a row of `cols` elements of elem_size bytes: the staged rows of
-// kShared and kSharedDy, the dbeta sums of kRereadSums and of the norm
-// backward's kBlock kernels when they live there, else 0. complete_config
-// checks it against the device, the launchers use it.
+// kShared and kSharedDy, kRing's slots, the dbeta sums of kRereadSums and
+// of the norm backward's kBlock kernels when they live there, else 0.
+// complete_config checks it against the device, the launchers use it.
 inline constexpr int64_t config_shared_bytes(OpKind op, const Config &c, int64_t cols, int elem_size) {
   switch (c.variant) {
     case Variant::kShared: return shared_bytes(op, cols, c.vec, elem_size);
     case Variant::kSharedDy: return op == OpKind::kSoftmaxBackward ? shared_row_bytes(cols, c.vec, elem_size) : 0;
+    case Variant::kRing: return int64_t(c.group) * c.threads * c.packs * c.vec * elem_size;
     case Variant::kRereadSums:
       return reread_sums_beta_shared(c.packs * c.vec, c.threads) ? beta_sums_bytes(c.threads, c.packs * c.vec) : 0;
     case Variant::kBlock:
