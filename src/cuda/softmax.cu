@@ -227,6 +227,33 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
 // that they are in flight together.
 constexpr int kIssue = 4;
 
+// The streamed kernels' pass 1: a thread's running max of the logits it has
+// seen and sum of their exponentials below it (rescaled whenever the max
+// grows), then the row's pair over the block.
+struct OnlineMaxSum {
+  float max = kNegInf, sum = 0.0f;
+
+  template <int VEC>
+  __device__ __forceinline__ void add(const float (&z)[VEC]) {
+    float new_max = max;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) new_max = max_nan(new_max, z[i]);
+    if (new_max == kNegInf) return;
+    sum *= exp2_fast((max - new_max) * kLog2e);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) sum += exp2_fast((z[i] - new_max) * kLog2e);
+    max = new_max;
+  }
+  // The row's max and sum: every thread of the block calls it.
+  __device__ __forceinline__ void reduce_block(float (*scratch)[kMaxWarpsPerBlock], float &row_max, float &row_sum) const {
+    float m[1] = {max};
+    RowReducer<0>::all_reduce(m, MaxOp{}, scratch);
+    float s[1] = {max == kNegInf ? 0.0f : sum * exp2_fast((max - m[0]) * kLog2e)};
+    RowReducer<0>::all_reduce(s, SumOp{}, scratch);
+    row_max = m[0], row_sum = s[0];
+  }
+};
+
 // A block streams each of its rows: pass 1 reads the row once, keeping an
 // online (max, sum) pair (the sum is rescaled whenever the max grows); pass 2
 // writes the output from the row read again from memory (reread, where L2
@@ -243,7 +270,7 @@ __device__ __forceinline__ void softmax_forward_streamed(const xvk_softmax_forwa
     const LogitsRow<T> logits(a, row, true);
     const P *x = reinterpret_cast<const P *>(logits.x);
     const int64_t live = (logits.limit + VEC - 1) / VEC;  // vectors with a column the causal mask keeps
-    float max = kNegInf, sum = 0.0f;
+    OnlineMaxSum pair;
     for (int64_t v0 = threadIdx.x; v0 < live; v0 += kIssue * stride) {
       P raw[kIssue];
 #pragma unroll
@@ -256,21 +283,12 @@ __device__ __forceinline__ void softmax_forward_streamed(const xvk_softmax_forwa
         if constexpr (kStaged) staged[v] = raw[u];
         float z[VEC];
         logits.apply(a, v * VEC, raw[u], z);
-        float new_max = max;
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) new_max = max_nan(new_max, z[i]);
-        if (new_max == kNegInf) continue;
-        sum *= exp2_fast((max - new_max) * kLog2e);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) sum += exp2_fast((z[i] - new_max) * kLog2e);
-        max = new_max;
+        pair.add(z);
       }
     }
-    float row_max[1] = {max};
-    RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
-    float row_sum[1] = {max == kNegInf ? 0.0f : sum * exp2_fast((max - row_max[0]) * kLog2e)};
-    RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
-    const float shift = exp_shift(row_max[0]), k = output_constant<kLog>(row_max[0], row_sum[0]);
+    float row_max, row_sum;
+    pair.reduce_block(scratch, row_max, row_sum);
+    const float shift = exp_shift(row_max), k = output_constant<kLog>(row_max, row_sum);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int64_t v = threadIdx.x; v < vectors; v += stride) {
       float z[VEC];
@@ -311,7 +329,7 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_shared(const xvk_
 // alone. The ring starts full; as the output pass finishes with a chunk, the
 // thread copies the chunk `slots` ahead into its slot, so at the start of each
 // row `slots - chunks` chunks are in flight behind the row's own. The passes
-// over the row are those of softmax_forward_streamed.
+// over the row are those of softmax_forward_streamed (OnlineMaxSum, then the output).
 template <bool kLog, class T, int VEC, int PACKS>
 __global__ void __launch_bounds__(kMaxThreads) softmax_forward_ring(const xvk_softmax_forward_args a, int slots) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
@@ -345,7 +363,7 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_ring(const xvk_so
     async_copies_wait(slots - chunks);  // this row's chunks have landed
     const LogitsRow<T> logits(a, row, true);
     const int64_t live = (logits.limit + VEC - 1) / VEC;  // vectors with a column the causal mask keeps
-    float max = kNegInf, sum = 0.0f;
+    OnlineMaxSum pair;
     for (int part = 0, slot = first_slot; part < chunks; ++part, slot = slot + 1 == slots ? 0 : slot + 1) {
 #pragma unroll
       for (int k = 0; k < PACKS; ++k) {
@@ -353,21 +371,12 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_ring(const xvk_so
         if (v >= live) break;
         float z[VEC];
         logits.apply(a, v * VEC, ring[slot * chunk_vectors + k * stride], z);
-        float new_max = max;
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) new_max = max_nan(new_max, z[i]);
-        if (new_max == kNegInf) continue;
-        sum *= exp2_fast((max - new_max) * kLog2e);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) sum += exp2_fast((z[i] - new_max) * kLog2e);
-        max = new_max;
+        pair.add(z);
       }
     }
-    float row_max[1] = {max};
-    RowReducer<0>::all_reduce(row_max, MaxOp{}, scratch);
-    float row_sum[1] = {max == kNegInf ? 0.0f : sum * exp2_fast((max - row_max[0]) * kLog2e)};
-    RowReducer<0>::all_reduce(row_sum, SumOp{}, scratch);
-    const float shift = exp_shift(row_max[0]), k_out = output_constant<kLog>(row_max[0], row_sum[0]);
+    float row_max, row_sum;
+    pair.reduce_block(scratch, row_max, row_sum);
+    const float shift = exp_shift(row_max), k_out = output_constant<kLog>(row_max, row_sum);
     T *y = static_cast<T *>(a.y.data) + row * a.y.row_stride;
     for (int part = 0; part < chunks; ++part) {
 #pragma unroll
