@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_forward_ring(const xvk_so
   P *const ring = reinterpret_cast<P *>(shared_row) + threadIdx.x;  // this thread's first vector of slot 0
   const int64_t vectors = a.cols / VEC;  // VEC divides cols (complete_config: 16-byte vectors)
   const int stride = blockDim.x, chunk_vectors = stride * PACKS;
-  const int chunks = int((vectors + chunk_vectors - 1) / chunk_vectors);
+  const int chunks = int(ring_chunks(vectors, stride, PACKS));
   // The next chunk to copy: of row copy_row, chunk copy_part, into slot copy_slot.
   int64_t copy_row = blockIdx.x;
   int copy_part = 0, copy_slot = 0;

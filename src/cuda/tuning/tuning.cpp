@@ -147,7 +147,7 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       // never on a grid covering the rows (a block's ring runs across its rows).
       c.rows = 1;
       if (op != OpKind::kSoftmaxForward || !limits.async_copies || c.vec * elem_size != 16 ||
-          c.blocks_per_sm == kGridCoversRows || c.packs < 1 || fit_packs_of(RingPacks{}, c.packs) != c.packs ||
+          c.blocks_per_sm == kGridCoversRows || fit_packs_of(RingPacks{}, c.packs) != c.packs ||
           c.threads < 2 * warp_size || c.threads > kMaxThreads || c.threads % warp_size != 0)
         return false;
       const int64_t chunks = ring_chunks(vectors, c.threads, c.packs);
@@ -261,17 +261,19 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
   if (op == OpKind::kSoftmaxForward && vec * dtype_bytes(dtype) == 16 && cols * dtype_bytes(dtype) >= 8192)
     for (int threads : {512, 1024})
       for (int packs : {2, 4}) {
+        Config c;
+        c.variant = Variant::kRing, c.vec = vec, c.group = 1, c.packs = packs, c.threads = threads;
         const int64_t chunks = ring_chunks(ceil_div(cols, vec), threads, packs);
-        const int64_t slot_bytes = int64_t(threads) * packs * 16;
+        const int64_t slot_bytes = config_shared_bytes(op, c, cols, dtype_bytes(dtype));  // of one slot
         const int64_t most = std::min<int64_t>({kMaxRingSlots, chunks + kMaxRingAhead,
                                                 (limits.max_shared_bytes - kSharedReserve) / slot_bytes});
         int64_t last = 0;
         for (int64_t slots : {chunks + 1, chunks + 2, most}) {  // ascending, but for a `most` below them
           if (slots > most || slots <= last) continue;
           last = slots;
-          Config c;
-          c.variant = Variant::kRing, c.vec = vec, c.group = int(slots), c.packs = packs, c.threads = threads;
-          if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
+          c.group = int(slots);
+          Config done = c;
+          if (complete_config(done, op, dtype, cols, limits)) out.push_back(done);
         }
       }
   // Capping resident blocks keeps a re-read row in L2 between its two passes,
