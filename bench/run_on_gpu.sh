@@ -45,6 +45,8 @@ NCU_TIME_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.s
 # arena (bench/bench_util.cuh), all free memory by default, is capped under it.
 NCU_ENV=(env XVK_BENCH_ARENA_MIB="${XVK_BENCH_ARENA_MIB:-16384}")
 log() { printf '\n=== %s (%ss) ===\n' "$1" "$SECONDS"; }
+# A file name for a case OP:DTYPE:ROWSxCOLS (the op names hold x's too: only the last one goes).
+case_file_name() { local n=${1//:/-}; echo "${n%x*}-${n##*x}"; }
 # sha256 over the contents of src/ and include/ (path order): matches a GPU run to a commit.
 source_fingerprint() { find src include -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16; }
 for stage in "$@"; do
@@ -165,7 +167,7 @@ for stage in "$@"; do
     rowkernels)
       log rowkernels
       for c in ${ROW_PROFILE_CASES:-layer_norm_bwd:fp16:49152x1024 layer_norm_bwd:fp32:49152x1024}; do
-        csvf="$OUT/ncu-kernels-${c//[:x]/-}.csv"
+        csvf="$OUT/ncu-kernels-$(case_file_name "$c").csv"
         XVK_BACKEND_PATH=$PWD/$BUILD/lib "${NCU_ENV[@]}" timeout 120 ncu --clock-control none --csv -k 'regex:(softmax|norm)_' \
           --metrics $NCU_TIME_METRICS \
           $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null >"$csvf" 2>"$OUT/ncu-kernels.err"
@@ -175,7 +177,7 @@ for stage in "$@"; do
     rowprofile)
       log rowprofile
       for c in ${ROW_PROFILE_CASES:-softmax_fwd:fp16:49152x1024 layer_norm_fwd:fp16:49152x1024}; do
-        report="$OUT/ncu-${c//[:x]/-}.txt"
+        report="$OUT/ncu-$(case_file_name "$c").txt"
         XVK_BACKEND_PATH=$PWD/$BUILD/lib "${NCU_ENV[@]}" timeout 200 ncu --set full -k 'regex:(softmax|norm)_(forward|backward)' \
           --metrics "$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard barrier short_scoreboard wait math_pipe_throttle mio_throttle lg_throttle no_instruction not_selected selected drain membar dispatch_stall | sed 's/,$//')" \
           --launch-skip 5 --launch-count 1 $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null >"$report" 2>&1
@@ -185,13 +187,14 @@ for stage in "$@"; do
     rowcounts)
       log rowcounts
       for c in ${ROW_PROFILE_CASES:-layer_norm_fwd:fp16:8192x8192}; do
-        name=${c//[:x]/-} shape=${c##*:}
+        name=$(case_file_name "$c") shape=${c##*:}
         XVK_BACKEND_PATH=$PWD/$BUILD/lib "${NCU_ENV[@]}" timeout 200 ncu --set full --import-source no -k 'regex:(softmax|norm)_(forward|backward)' \
           --launch-skip 5 --launch-count 1 -o "$OUT/ncu-$name" $BUILD/bin/xvk-bench --reps 10 --case "$c" --csv /dev/null \
           >"$OUT/ncu-$name.log" 2>&1
         echo "$c: ncu exit $?"
         ncu -i "$OUT/ncu-$name.ncu-rep" --page source --csv --print-source sass >"$OUT/sass-counts-$name.csv" &&
-          python3 bench/sass_counts.py "$OUT/sass-counts-$name.csv" "${shape%x*}" "${shape#*x}" | head -24
+          python3 bench/sass_counts.py "$OUT/sass-counts-$name.csv" "${shape%x*}" "${shape#*x}" >"$OUT/sass-counts-$name.txt" &&
+          head -24 "$OUT/sass-counts-$name.txt"
         rm -f "$OUT/ncu-$name.ncu-rep"  # large; the CSV keeps what the summary reads
       done ;;
     python)
