@@ -16,6 +16,12 @@
 //              with cp.async (the next S - 1 rows in flight while a row is
 //              stored), each thread copying and reading back its own vectors
 //   ring S+red the same with the two reductions
+//   softmax E  (fp16) rows+red doing the block kernel's softmax arithmetic,
+//              with its exponentials from MUFU (E = mufu), or a share of them
+//              from a polynomial on the FMA pipe (E = poly/2: every other
+//              element, poly: all), with each variant's largest relative
+//              difference from the MUFU kernel's output: is the exponential
+//              phase, bound by MUFU, what the 16-bit kernels lose?
 // beside the library's own kernels forced (softmax forward, Config by name)
 // and bench's copy kernel on the same bytes. Median of L2-flushed launches
 // (bench::time_us). Results: bench/results/h200-2026-12-02-row-phases.txt.
@@ -125,6 +131,98 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const uint4 *src, uint4 
   ring_wait<0>();
 }
 
+// 2^x for x <= 0 on the FMA pipe: x = n + f with n an integer (rounded
+// through the float's mantissa) and |f| <= 1/2, 2^f by its Taylor
+// polynomial of degree 4 (relative error below 5e-5: enough for 16-bit
+// outputs), n added to the exponent as an integer. Below -125 it gives
+// 2^-125 instead of 0 or a denormal, and NaN is not kept: an experiment's,
+// for finite logits.
+__device__ __forceinline__ float exp2_poly(float x) {
+  x = fmaxf(x, -125.0f);
+  const float r = x + 12582912.0f;  // 1.5 * 2^23: the mantissa's low bits hold round(x)
+  const float f = x - (r - 12582912.0f);
+  float p = 9.6181291e-3f;
+  p = fmaf(p, f, 5.5504109e-2f);
+  p = fmaf(p, f, 2.4022651e-1f);
+  p = fmaf(p, f, 6.9314718e-1f);
+  p = fmaf(p, f, 1.0f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+}
+
+// The block kernel's softmax of fp16 rows (scale 1, no mask): max, the
+// exponentials kept, sum, y = e / sum. kPoly: 0 all from MUFU, 1 every
+// other element from exp2_poly, 2 all from it.
+template <int PACKS, int kPoly>
+__global__ void __launch_bounds__(kThreads) softmax_rows_kernel(const uint4 *src, uint4 *dst, int64_t rows) {
+  __shared__ float scratch[32];
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int64_t row_vectors = int64_t(kThreads) * PACKS;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const uint4 *x = src + row * row_vectors + threadIdx.x;
+    uint4 *y = dst + row * row_vectors + threadIdx.x;
+    uint4 v[PACKS];
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) v[k] = x[k * kThreads];
+    float z[PACKS][8];
+    float m = -__builtin_huge_valf();
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      const __half2 *h = reinterpret_cast<const __half2 *>(&v[k]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(h[i]);
+        z[k][2 * i] = f.x, z[k][2 * i + 1] = f.y;
+        m = fmaxf(m, fmaxf(f.x, f.y));
+      }
+    }
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) scratch[warp] = m;
+    __syncthreads();
+    m = scratch[lane];
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __syncthreads();
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float d = (z[k][i] - m) * kLog2e;
+        float e;
+        if (kPoly == 2 || (kPoly == 1 && i % 2 == 1))
+          e = exp2_poly(d);
+        else
+          asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(d));
+        z[k][i] = e;
+        sum += e;
+      }
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) scratch[warp] = sum;
+    __syncthreads();
+    sum = scratch[lane];
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    __syncthreads();
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      __half2 *h = reinterpret_cast<__half2 *>(&v[k]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(z[k][2 * i] * inv, z[k][2 * i + 1] * inv);
+      y[k * kThreads] = v[k];
+    }
+  }
+}
+
+// Largest |a - b| / |b| over n halves where |b| >= 2^-14 (normal fp16), in out (device).
+__global__ void max_relative_diff(const __half *a, const __half *b, size_t n, float *out) {
+  float worst = 0.0f;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = __half2float(a[i]), r = __half2float(b[i]);
+    if (fabsf(r) >= 6.1035156e-5f) worst = fmaxf(worst, fabsf(x - r) / fabsf(r));
+  }
+  atomicMax(reinterpret_cast<int *>(out), __float_as_int(worst));  // non-negative floats order like ints
+}
+
 int g_sms = 0;
 
 template <int PACKS, bool kReduce>
@@ -133,6 +231,24 @@ double time_rows(const Buffer &src, Buffer &dst, int64_t rows, int blocks_per_sm
     rows_kernel<PACKS, kReduce><<<g_sms * blocks_per_sm, kThreads, 0, g_stream>>>(static_cast<const uint4 *>(src.p),
                                                                                  static_cast<uint4 *>(dst.p), rows);
   });
+}
+
+template <int PACKS, int kPoly>
+double time_softmax_rows(const Buffer &src, Buffer &dst, int64_t rows) {
+  return time_us([&] {
+    softmax_rows_kernel<PACKS, kPoly><<<g_sms, kThreads, 0, g_stream>>>(static_cast<const uint4 *>(src.p),
+                                                                       static_cast<uint4 *>(dst.p), rows);
+  });
+}
+
+float relative_diff(const Buffer &a, const Buffer &b, size_t n) {
+  static float *d = nullptr;
+  if (!d) CUDA_OK(cudaMalloc(&d, sizeof(float)));
+  CUDA_OK(cudaMemsetAsync(d, 0, sizeof(float), g_stream));
+  max_relative_diff<<<1024, 256, 0, g_stream>>>(static_cast<const __half *>(a.p), static_cast<const __half *>(b.p), n, d);
+  float h = 0.0f;
+  CUDA_OK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
+  return h;
 }
 
 template <int PACKS, int S, bool kReduce>
@@ -180,6 +296,15 @@ void run(Context &ctx, int dtype, const char *name, int64_t rows) {
   if constexpr (PACKS * kThreads * 16 * 3 <= 200 * 1024) {
     report("ring 3", time_ring<PACKS, 3, false>(src, dst, rows), copy);
     report("ring 3+red", time_ring<PACKS, 3, true>(src, dst, rows), copy);
+  }
+  if (dtype == 1) {
+    const size_t n = size_t(rows) * kCols;
+    Buffer mufu(bytes);
+    report("softmax mufu", time_softmax_rows<PACKS, 0>(src, mufu, rows), copy);
+    report("softmax poly/2", time_softmax_rows<PACKS, 1>(src, dst, rows), copy);
+    std::printf("  %-34s %10.2e (largest relative difference from mufu's outputs)\n", "", relative_diff(dst, mufu, n));
+    report("softmax poly", time_softmax_rows<PACKS, 2>(src, dst, rows), copy);
+    std::printf("  %-34s %10.2e\n", "", relative_diff(dst, mufu, n));
   }
   const Config forced[] = {
       config_of(Variant::kBlock, vec, 0, PACKS, kThreads, 0),  config_of(Variant::kShared, vec, 0, 1, 512, kGridCoversRows),
