@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cuda/common.cuh"
 #include "kernel_context.cuh"
 
 using namespace bench;
@@ -37,51 +38,50 @@ namespace {
 
 constexpr int kThreads = 1024;
 
-// The block's max, then its sum, of one float per thread (as the softmax
-// kernels reduce twice per row); every thread gets the sum.
-__device__ __forceinline__ float two_reductions(float v, float *scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float m = v;
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (lane == 0) scratch[warp] = m;
-  __syncthreads();
-  m = scratch[lane];
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __syncthreads();
-  float s = v - m;
-  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (lane == 0) scratch[warp] = s;
-  __syncthreads();
-  s = scratch[lane];
-  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-  __syncthreads();
-  return s;
+// The block's max of a float per thread, then the sum of each one's
+// difference from it: the softmax kernels' two reductions per row
+// (block_all_reduce, the library's own); every thread gets the sum.
+__device__ __forceinline__ float two_reductions(float v, float (*scratch)[kMaxWarpsPerBlock]) {
+  float m[1] = {v};
+  block_all_reduce(m, MaxOp{}, scratch);
+  float s[1] = {v - m[0]};
+  block_all_reduce(s, SumOp{}, scratch);
+  return s[0];
 }
 
 // A float of the thread's data, so that the reductions cannot be left out,
 // and a change to the data that depends on their result (never made: the
 // sum of values v - max is never exactly that), so that the stores wait.
 template <int PACKS>
-__device__ __forceinline__ void reduce_rows_data(uint4 (&v)[PACKS], float *scratch) {
+__device__ __forceinline__ void reduce_rows_data(uint4 (&v)[PACKS], float (*scratch)[kMaxWarpsPerBlock]) {
   float f = 0.0f;
 #pragma unroll
   for (int k = 0; k < PACKS; ++k) f += float(v[k].x & 0xffu);
   if (two_reductions(f, scratch) == 1.0e30f) v[0].x ^= 1u;
 }
 
+// A thread's PACKS vectors of a row, kThreads apart (as the block kernel's).
+template <int PACKS>
+__device__ __forceinline__ void load_row(const uint4 *src, int64_t row, uint4 (&v)[PACKS]) {
+  const uint4 *x = src + row * (int64_t(kThreads) * PACKS) + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < PACKS; ++k) v[k] = x[k * kThreads];
+}
+template <int PACKS>
+__device__ __forceinline__ void store_row(uint4 *dst, int64_t row, const uint4 (&v)[PACKS]) {
+  uint4 *y = dst + row * (int64_t(kThreads) * PACKS) + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < PACKS; ++k) y[k * kThreads] = v[k];
+}
+
 template <int PACKS, bool kReduce>
 __global__ void __launch_bounds__(kThreads) rows_kernel(const uint4 *src, uint4 *dst, int64_t rows) {
-  __shared__ float scratch[32];
-  const int64_t row_vectors = int64_t(kThreads) * PACKS;
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const uint4 *x = src + row * row_vectors + threadIdx.x;
-    uint4 *y = dst + row * row_vectors + threadIdx.x;
     uint4 v[PACKS];
-#pragma unroll
-    for (int k = 0; k < PACKS; ++k) v[k] = x[k * kThreads];
+    load_row<PACKS>(src, row, v);
     if constexpr (kReduce) reduce_rows_data<PACKS>(v, scratch);
-#pragma unroll
-    for (int k = 0; k < PACKS; ++k) y[k * kThreads] = v[k];
+    store_row<PACKS>(dst, row, v);
   }
 }
 
@@ -109,7 +109,7 @@ __device__ __forceinline__ void ring_wait() {
 // Launched with S * kThreads * PACKS * 16 bytes of dynamic shared memory.
 template <int PACKS, int S, bool kReduce>
 __global__ void __launch_bounds__(kThreads) ring_kernel(const uint4 *src, uint4 *dst, int64_t rows) {
-  __shared__ float scratch[32];
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
   extern __shared__ uint4 ring[];
   uint4 *const mine = ring + threadIdx.x;
   const int64_t row_vectors = int64_t(kThreads) * PACKS;
@@ -121,9 +121,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const uint4 *src, uint4 
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) v[k] = mine[slot * row_vectors + k * kThreads];
     if constexpr (kReduce) reduce_rows_data<PACKS>(v, scratch);
-    uint4 *y = dst + row * row_vectors + threadIdx.x;
-#pragma unroll
-    for (int k = 0; k < PACKS; ++k) y[k * kThreads] = v[k];
+    store_row<PACKS>(dst, row, v);
     // After the stores, which used every value this thread read of the slot.
     ring_fill<PACKS>(src, mine + slot * row_vectors, row + int64_t(S) * gridDim.x, rows);
     if (++slot == S) slot = 0;
@@ -154,18 +152,13 @@ __device__ __forceinline__ float exp2_poly(float x) {
 // other element from exp2_poly, 2 all from it.
 template <int PACKS, int kPoly>
 __global__ void __launch_bounds__(kThreads) softmax_rows_kernel(const uint4 *src, uint4 *dst, int64_t rows) {
-  __shared__ float scratch[32];
+  __shared__ float scratch[1][kMaxWarpsPerBlock];
   constexpr float kLog2e = 1.4426950408889634f;
-  const int64_t row_vectors = int64_t(kThreads) * PACKS;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const uint4 *x = src + row * row_vectors + threadIdx.x;
-    uint4 *y = dst + row * row_vectors + threadIdx.x;
     uint4 v[PACKS];
-#pragma unroll
-    for (int k = 0; k < PACKS; ++k) v[k] = x[k * kThreads];
+    load_row<PACKS>(src, row, v);
     float z[PACKS][8];
-    float m = -__builtin_huge_valf();
+    float m[1] = {-__builtin_huge_valf()};
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const __half2 *h = reinterpret_cast<const __half2 *>(&v[k]);
@@ -173,43 +166,33 @@ __global__ void __launch_bounds__(kThreads) softmax_rows_kernel(const uint4 *src
       for (int i = 0; i < 4; ++i) {
         const float2 f = __half22float2(h[i]);
         z[k][2 * i] = f.x, z[k][2 * i + 1] = f.y;
-        m = fmaxf(m, fmaxf(f.x, f.y));
+        m[0] = fmaxf(m[0], fmaxf(f.x, f.y));
       }
     }
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) scratch[warp] = m;
-    __syncthreads();
-    m = scratch[lane];
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    __syncthreads();
-    float sum = 0.0f;
+    block_all_reduce(m, MaxOp{}, scratch);
+    float sum[1] = {0.0f};
 #pragma unroll
     for (int k = 0; k < PACKS; ++k)
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const float d = (z[k][i] - m) * kLog2e;
+        const float d = (z[k][i] - m[0]) * kLog2e;
         float e;
         if (kPoly == 2 || (kPoly == 1 && i % 2 == 1))
           e = exp2_poly(d);
         else
           asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(d));
         z[k][i] = e;
-        sum += e;
+        sum[0] += e;
       }
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) scratch[warp] = sum;
-    __syncthreads();
-    sum = scratch[lane];
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    __syncthreads();
-    const float inv = 1.0f / sum;
+    block_all_reduce(sum, SumOp{}, scratch);
+    const float inv = 1.0f / sum[0];
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       __half2 *h = reinterpret_cast<__half2 *>(&v[k]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(z[k][2 * i] * inv, z[k][2 * i + 1] * inv);
-      y[k * kThreads] = v[k];
     }
+    store_row<PACKS>(dst, row, v);
   }
 }
 
@@ -313,14 +296,14 @@ void run(Context &ctx, int dtype, const char *name, int64_t rows) {
   for (int log = 0; log < 2; ++log)
     for (const Config &c : forced) {
       const std::string what = std::string(log ? "log-softmax " : "softmax ") + config_name(c);
-      Config run = c;
+      Config launched = c;
       double us = -1.0;
-      if (complete_config(run, OpKind::kSoftmaxForward, dtype, kCols, ctx.info->limits())) {
+      if (complete_config(launched, OpKind::kSoftmaxForward, dtype, kCols, ctx.info->limits())) {
         xvk_softmax_forward_args a{};
         a.rows = rows, a.cols = kCols, a.dtype = dtype, a.log = log, a.scale = 1.0f;
         a.x = {src.p, kCols}, a.y = {dst.p, kCols};
         us = time_us([&] {
-          if (softmax_forward(ctx, a, &run) != XVK_SUCCESS) std::fprintf(stderr, "softmax_forward failed\n"), std::exit(2);
+          if (softmax_forward(ctx, a, &launched) != XVK_SUCCESS) std::fprintf(stderr, "softmax_forward failed\n"), std::exit(2);
         });
       }
       report(what.c_str(), us, copy);
