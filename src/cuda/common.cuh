@@ -260,6 +260,60 @@ __device__ __forceinline__ void issue_row(const Map &map, const T *row, bool val
   }
 }
 
+// Variant::kWarpRing's rows in flight (asynchronous copies, kAsyncCopy): a
+// ring of row slots in the block's dynamic shared memory, as many as the
+// launch gave it room for. Each lane copies its own vectors (RowMapping's
+// columns) of its group's next rows and reads back only those, so no
+// barrier is needed; vector p of slot s of thread t lies at
+// (s * PACKS + p) * blockDim.x + t, neighbouring threads in neighbouring 16
+// bytes. fill() starts the first rows; take() waits for the oldest, reads
+// it and refills its slot with the row `slots` ahead (the thread's own reads
+// of the slot come first in its program order, so the copy cannot overtake
+// them). Rows past the last are committed as empty groups, so that every
+// wait counts rows.
+template <class T, int VEC, int PACKS, class Map>
+struct RowRing {
+  using Raw = Pack<T, VEC>;
+  static_assert(sizeof(Raw) == 16, "the copies move 16-byte vectors");
+  const Map &map;
+  Raw *mine;  // this thread's vector 0 of slot 0
+  int slots, slot = 0;
+  int64_t copy_row;
+  __device__ __forceinline__ RowRing(void *shared, const Map &m) : map(m) {
+    mine = static_cast<Raw *>(shared) + threadIdx.x;
+    slots = int(dynamic_shared_bytes() / (sizeof(Raw) * PACKS * blockDim.x));
+    copy_row = map.first_warp_row + map.offset;
+  }
+  __device__ __forceinline__ Raw *at(int s, int p) const { return mine + (s * PACKS + p) * int(blockDim.x); }
+  // Copies row copy_row (of x, when it is one) into slot s.
+  __device__ __forceinline__ void copy(int s, const T *x, int64_t row_stride, int64_t rows, int cols) {
+    if (copy_row < rows) {
+      const T *row = x + copy_row * row_stride;
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p)
+        if (map.col(p, VEC) < cols) copy_async_16(at(s, p), row + map.col(p, VEC));
+    }
+    async_copies_commit();
+    copy_row += map.row_step;
+  }
+  __device__ __forceinline__ void fill(const T *x, int64_t row_stride, int64_t rows, int cols) {
+    for (int s = 0; s < slots; ++s) copy(s, x, row_stride, rows, cols);
+  }
+  // The oldest row into raw (vectors past cols read as 0); its slot refilled.
+  __device__ __forceinline__ void take(const T *x, int64_t row_stride, int64_t rows, int cols, Raw (&raw)[PACKS]) {
+    async_copies_wait(slots - 1);
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      using Words = Pack<uint32_t, 4>;  // chosen as words, as issue_row does
+      Words w{};
+      if (map.col(p, VEC) < cols) w = *reinterpret_cast<const Words *>(at(slot, p));
+      __builtin_memcpy(&raw[p], &w, sizeof w);
+    }
+    copy(slot, x, row_stride, rows, cols);
+    if (++slot == slots) slot = 0;
+  }
+};
+
 // Asks L2 for a lane's share of a row (prefetch_l2: no register, no wait),
 // one request per 128-byte line: from the lane whose vector starts the line.
 // For rows beyond the ones in flight in registers: their later loads then

@@ -190,14 +190,20 @@ __host__ __device__ __forceinline__ void with_forward_affine_form(const xvk_norm
 // its next row once the current row's loads are done. These kernels choose
 // the form at run time and have the residual code, as before the split:
 // split too, 16-bit LayerNorm ran 7-11% slower at 49152 x 16384/32768.
-template <class T, int VEC, int PACKS, int G, int ROWS, AffineForm kAffine, bool kResidual, bool kAhead = false>
-__global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC * ROWS)) norm_forward_registers(const xvk_norm_forward_args a) {
+// kRing (Variant::kWarpRing, warps of a row at a time): x's rows come
+// through a RowRing in dynamic shared memory instead of loads to registers.
+template <class T, int VEC, int PACKS, int G, int ROWS, AffineForm kAffine, bool kResidual, bool kAhead = false,
+          bool kRing = false>
+__global__ void __launch_bounds__(kRing ? kWarpRingMaxThreads : register_kernel_max_threads(false, PACKS * VEC * ROWS))
+    norm_forward_registers(const xvk_norm_forward_args a) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
   static_assert(!kAhead || (kAffine == AffineForm::kGeneral && kResidual), "kAhead: form and residual at run time");
+  static_assert(!kRing || (G == kWarpRingLanes && ROWS == 1 && !kAhead), "kRing: a warp per row");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
+  extern __shared__ uint4 shared_row[];  // kRing's slots
   constexpr bool kCache = kCacheForwardAffine<T, PACKS, VEC>;
-  constexpr bool kHoldPacks = kHoldForwardPacks<T, VEC, PACKS, G>;
+  constexpr bool kHoldPacks = kHoldForwardPacks<T, VEC, PACKS, G> && !kRing;  // (the ring's bound leaves room for floats)
   const RowMapping<G, ROWS> map;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   float g[kCache ? PACKS : 1][VEC], b[kCache ? PACKS : 1][VEC];
@@ -229,7 +235,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   // Tried and not kept there: the same in softmax's forward (-6..+4%, as
   // much as its configurations without the prefetch moved; its re-tuned
   // table ran slower).
-  constexpr bool kPrefetch = G > 0 && PACKS * VEC * ROWS <= 16;
+  constexpr bool kPrefetch = !kRing && G > 0 && PACKS * VEC * ROWS <= 16;
   // Group lanes of one or two packs take each row's shift (row_shift's
   // value: x (+ residual) at column 0) from their group's lane 0, which
   // holds it, by a shuffle, instead of loading it. H200, LayerNorm forward
@@ -238,11 +244,13 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   // 49152 x 64/128 0.98-0.99; RMSNorm (shift 0) within 2.5%. Lanes of three
   // or four packs gained nothing (16-bit 0.987-1.011) and float32 49152 x 512
   // took 1.066x the time, so they load it as before
-  // (bench/results/h200-2026-11-29-session33-trials.txt, item 9).
-  constexpr bool kShiftFromLane = G > 0 && PACKS <= 2;
+  // (bench/results/h200-2026-11-29-session33-trials.txt, item 9). The ring
+  // has the row in registers before it could load the shift: it shuffles too.
+  constexpr bool kShiftFromLane = G > 0 && (PACKS <= 2 || kRing);
   auto rows_loop = [&](auto full_tag, auto form_tag) {
     constexpr bool kFull = decltype(full_tag)::value;
     [[maybe_unused]] constexpr AffineForm kForm = decltype(form_tag)::value;
+    const T *const x = static_cast<const T *>(a.x.data);
     [[maybe_unused]] Pack<T, VEC> ahead[kPrefetch ? ROWS : 1][PACKS];
     [[maybe_unused]] float ahead_shift[ROWS];
     auto issue = [&](int64_t base, Pack<T, VEC> (&raw)[kPrefetch ? ROWS : 1][PACKS], float (&shift)[ROWS]) {
@@ -250,10 +258,20 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       for (int r = 0; r < ROWS; ++r) {
         const int64_t row = base + map.offset + r;
         if constexpr (!kShiftFromLane) shift[r] = row < a.rows ? row_shift<T, kResidual>(a, row) : 0.0f;
-        issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
+        issue_row(map, x + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
       }
     };
     if constexpr (kPrefetch) issue(map.first_warp_row, ahead, ahead_shift);
+    using Ring = std::conditional_t<kRing, RowRing<T, VEC, PACKS, RowMapping<G, ROWS>>, int>;
+    [[maybe_unused]] Ring ring = [&] {
+      if constexpr (kRing) {
+        Ring r(shared_row, map);
+        r.fill(x, a.x.row_stride, a.rows, a.cols);
+        return r;
+      } else {
+        return 0;
+      }
+    }();
     for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
       // h holds x (+ residual) - shift, or with kHoldPacks `held` holds
       // x (+ residual) as loaded, and centred() converts it at each use;
@@ -266,7 +284,9 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
       float shift[ROWS], mean[ROWS], var[ROWS];
       {
         Pack<T, VEC> raw[ROWS][PACKS];
-        if constexpr (kPrefetch) {
+        if constexpr (kRing) {
+          ring.take(x, a.x.row_stride, a.rows, a.cols, raw[0]);
+        } else if constexpr (kPrefetch) {
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) {
             if constexpr (!kShiftFromLane) shift[r] = ahead_shift[r];
@@ -278,7 +298,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
           for (int r = 0; r < ROWS; ++r) {
             const int64_t row = base + map.offset + r;
             if constexpr (!kShiftFromLane) shift[r] = row < a.rows ? row_shift<T, kResidual>(a, row) : 0.0f;
-            issue_row(map, static_cast<const T *>(a.x.data) + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
+            issue_row(map, x + row * a.x.row_stride, row < a.rows, a.cols, raw[r]);
           }
         }
 #pragma unroll
@@ -414,6 +434,7 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
         }
       }
     }
+    if constexpr (kRing) async_copies_wait<0>();  // (only empty groups can be left: rows past the last)
   };
   auto run = [&](auto form_tag) {
     if constexpr (kVersionFull) {
@@ -1355,7 +1376,18 @@ __global__ void __launch_bounds__(kFinalizeTileCols * kFinalizeMaxLanes)
 template <class T, int VEC, bool kResidual>
 xvk_status_t forward_registers(Context &ctx, const Config &c, const xvk_norm_forward_args &a) {
   xvk_status_t status = XVK_ERROR_INTERNAL;
-  if (c.variant == Variant::kGroup) {
+  if (c.variant == Variant::kWarpRing) {  // on 16-byte vectors, where copies run in the background (complete_config)
+    if constexpr (kAsyncCopy && VEC * sizeof(T) == 16)
+      with_packs_of(InstantiatedPacks{}, c.packs, [&](auto packs) {
+        constexpr int P = decltype(packs)::value;
+        with_forward_affine_form<T, VEC, P>(a, [&](auto form) {
+          constexpr AffineForm F = decltype(form)::value;
+          status = launch_rows_smem(ctx, c, norm_forward_registers<T, VEC, P, kWarpRingLanes, 1, F, kResidual, false, true>,
+                                    "norm_forward_registers", a.rows, c.threads / kWarpRingLanes,
+                                    size_t(config_shared_bytes(OpKind::kNormForward, c, a.cols, sizeof(T))), a);
+        });
+      });
+  } else if (c.variant == Variant::kGroup) {
     with_group_shape(c.group, c.packs, c.rows, [&](auto g, auto packs, auto rows) {
       constexpr int G = decltype(g)::value, P = decltype(packs)::value, R = decltype(rows)::value;
       with_forward_affine_form<T, VEC, P>(a, [&](auto form) {
@@ -1387,6 +1419,7 @@ xvk_status_t forward(Context &ctx, const Config &c, const xvk_norm_forward_args 
   switch (c.variant) {
     case Variant::kGroup:
     case Variant::kBlock:
+    case Variant::kWarpRing:
       status = a.residual.data ? forward_registers<T, VEC, true>(ctx, c, a) : forward_registers<T, VEC, false>(ctx, c, a);
       break;
     case Variant::kReread:

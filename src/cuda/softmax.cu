@@ -645,6 +645,7 @@ xvk_status_t launch_config(Context &ctx, const Config &c, const Args &a) {
       break;
     case Variant::kRereadSums:  // the norm backward's (complete_config)
     case Variant::kCluster:     // the norm backward's (complete_config)
+    case Variant::kWarpRing:    // the norm forward's (complete_config)
       break;
   }
   return status;

@@ -107,18 +107,18 @@ std::vector<gpu::Config> configs_for(gpu::OpKind op, DType t, int64_t cols, int 
   return out;
 }
 
-// Runs `launch` under every configuration and compares each output (a Twin
+// Runs `launch` under each of `configs` and compares each output (a Twin
 // whose host side holds the CPU result) with the reference.
 template <class Launch>
-void check_configs(const std::string &what, gpu::OpKind op, DType t, int64_t cols, int vec, double input_scale,
-                   std::vector<Twin *> outputs, const std::vector<std::vector<double>> &row_floors, Launch &&launch) {
+void check_these_configs(const std::string &what, const std::vector<gpu::Config> &configs, double input_scale,
+                         std::vector<Twin *> outputs, const std::vector<std::vector<double>> &row_floors,
+                         Launch &&launch) {
   std::vector<std::vector<double>> refs, floors;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const std::vector<float> cpu = outputs[k]->host_values();
     refs.emplace_back(cpu.begin(), cpu.end());
     floors.push_back(agreement_floor(refs.back(), input_scale, row_floors[k]));
   }
-  const std::vector<gpu::Config> configs = configs_for(op, t, cols, vec);
   CHECK_MESSAGE(!configs.empty(), what << ": no configuration");
   for (const gpu::Config &c : configs) {
     const std::string label = what + " " + describe(c);
@@ -133,6 +133,13 @@ void check_configs(const std::string &what, gpu::OpKind op, DType t, int64_t col
       CHECK_MESSAGE(cmp.ok, cmp.message());
     }
   }
+}
+
+// The same under every configuration the tuner may pick (configs_for).
+template <class Launch>
+void check_configs(const std::string &what, gpu::OpKind op, DType t, int64_t cols, int vec, double input_scale,
+                   std::vector<Twin *> outputs, const std::vector<std::vector<double>> &row_floors, Launch &&launch) {
+  check_these_configs(what, configs_for(op, t, cols, vec), input_scale, std::move(outputs), row_floors, launch);
 }
 
 // Column counts: narrow to past the widest register row; `vec` > 1 needs
@@ -309,6 +316,51 @@ TEST_CASE("layer_norm and rms_norm forward and backward, every configuration") {
                         std::max(max_finite_magnitude(hv), max_finite_magnitude(dyv)), bouts, bfloors,
                         [&](const gpu::Config &c) { return gpu::norm_backward(g_ctx, b, &c); });
         }
+      }
+}
+
+// The warp rings (Variant::kWarpRing) on enough rows that each warp takes
+// several through its ring and wraps around it (above, a warp gets one row
+// or none): LayerNorm with a residual and float32 parameters (the general
+// form), RMSNorm zero-centred; packs of three and four, the last partial.
+TEST_CASE("layer_norm and rms_norm forward through the warp rings, warps looping over rows") {
+  const int64_t rows = 3 * int64_t(g_ctx.info->sm_count) * 16 + 7;  // 16 warps per SM at the most
+  for (DType t : kAllDtypes)
+    for (const int64_t cols : {int64_t(760), int64_t(1000)})
+      for (bool rms : {false, true}) {
+        if (kQuick && cols != 760) continue;
+        const int64_t n = rows * cols;
+        const int vec = int(16 / dtype_size(t));
+        std::vector<gpu::Config> rings;
+        for (const gpu::Config &c : configs_for(gpu::OpKind::kNormForward, t, cols, vec))
+          if (c.variant == gpu::Variant::kWarpRing) rings.push_back(c);
+        if (rings.empty()) continue;  // no asynchronous copies on this device, or a row too wide for a warp
+        const std::vector<float> xv = g_rng.normal(size_t(n), rms ? 0.0 : 3.0, 1.0, t),
+                                 rv = g_rng.normal(size_t(n), 0.0, 1.0, t),
+                                 gv = g_rng.normal(size_t(cols), rms ? 0.0 : 1.0, 0.2, DType::f32),
+                                 bv = g_rng.normal(size_t(cols), 0.0, 0.2, DType::f32);
+        Twin x(t, xv), res(t, rv), gamma(DType::f32, gv), beta(DType::f32, bv), y(t, size_t(n)), res_out(t, size_t(n)),
+            mean(DType::f32, size_t(rows)), rstd(DType::f32, size_t(rows));
+        xvk_norm_forward_args a{};
+        a.rows = rows, a.cols = cols, a.dtype = dtype_id(t), a.rms = rms, a.epsilon = 1e-5f;
+        a.zero_centered_gamma = rms, a.param_dtype = XVK_DTYPE_F32;
+        a.x = {x.h(), cols}, a.y = {y.h(), cols}, a.gamma = gamma.h(), a.rstd = static_cast<float *>(rstd.h());
+        if (!rms) {
+          a.residual = {res.h(), cols}, a.residual_out = {res_out.h(), cols};
+          a.beta = beta.h(), a.mean = static_cast<float *>(mean.h());
+        }
+        REQUIRE(xvk::cpu::norm_forward(nullptr, &a) == XVK_SUCCESS);
+        a.x.data = x.dev, a.y.data = y.dev, a.gamma = gamma.dev, a.rstd = static_cast<float *>(rstd.dev);
+        std::vector<Twin *> outs = {&y, &rstd};
+        if (!rms) {
+          a.residual.data = res.dev, a.residual_out.data = res_out.dev;
+          a.beta = beta.dev, a.mean = static_cast<float *>(mean.dev);
+          outs.push_back(&res_out), outs.push_back(&mean);
+        }
+        const std::string what = std::string(rms ? "rms_norm " : "layer_norm ") + dtype_name(t) + " " +
+                                 std::to_string(rows) + "x" + std::to_string(cols) + " forward, warps looping";
+        check_these_configs(what, rings, 6.0, outs, std::vector<std::vector<double>>(outs.size()),
+                            [&](const gpu::Config &c) { return gpu::norm_forward(g_ctx, a, &c); });
       }
 }
 

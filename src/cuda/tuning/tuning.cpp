@@ -154,6 +154,17 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
       return c.group > chunks && c.group - chunks <= kMaxRingAhead && c.group <= kMaxRingSlots &&
              fits_shared(config_shared_bytes(op, c, cols, elem_size), limits);
     }
+    case Variant::kWarpRing: {
+      // The norm forward's, on the 16-byte vectors the copies move whole, on
+      // warps of kWarpRingLanes lanes; never on a grid covering the rows.
+      c.rows = 1;
+      if (op != OpKind::kNormForward || !limits.async_copies || warp_size != kWarpRingLanes || c.vec * elem_size != 16 ||
+          c.blocks_per_sm == kGridCoversRows || c.group < 2 || c.group > kMaxWarpRingSlots)
+        return false;
+      c.packs = fit_packs(ceil_div(vectors, kWarpRingLanes));
+      return c.packs > 0 && c.threads >= warp_size && c.threads % warp_size == 0 && c.threads <= kWarpRingMaxThreads &&
+             fits_shared(config_shared_bytes(op, c, cols, elem_size), limits);
+    }
     case Variant::kShared:
     case Variant::kSharedDy: {
       c.rows = 1;
@@ -208,13 +219,15 @@ const char *variant_name(Variant v) {
     case Variant::kSharedDy: return "shareddy";
     case Variant::kCluster: return "cluster";
     case Variant::kRing: return "ring";
+    case Variant::kWarpRing: return "wring";
   }
   return "?";
 }
 
 std::string config_name(const Config &c) {
   std::string s = variant_name(c.variant);
-  if (c.variant == Variant::kGroup || c.variant == Variant::kCluster || c.variant == Variant::kRing)
+  if (c.variant == Variant::kGroup || c.variant == Variant::kCluster || c.variant == Variant::kRing ||
+      c.variant == Variant::kWarpRing)
     s += std::to_string(c.group);
   s += ".p" + std::to_string(c.packs);
   if (c.variant == Variant::kGroup) s += ".r" + std::to_string(c.rows);
@@ -276,6 +289,14 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
           if (complete_config(done, op, dtype, cols, limits)) out.push_back(done);
         }
       }
+  // kWarpRing: two to kMaxWarpRingSlots rows per warp in flight.
+  if (op == OpKind::kNormForward)
+    for (int slots : {2, 3, 4, 6, 8})
+      for (int threads : {128, 256, 512}) {
+        Config c;
+        c.variant = Variant::kWarpRing, c.vec = vec, c.group = slots, c.threads = threads;
+        if (complete_config(c, op, dtype, cols, limits)) out.push_back(c);
+      }
   // Capping resident blocks keeps a re-read row in L2 between its two passes,
   // and makes fewer partial sums for the norm backward. A grid covering the
   // rows (no persistent loop) suits the rest.
@@ -287,7 +308,7 @@ std::vector<Config> candidate_configs(OpKind op, int dtype, int64_t cols, int ve
         c.blocks_per_sm = cap;
         out.push_back(c);
       }
-    if (op != OpKind::kNormBackward && out[i].variant != Variant::kRing) {
+    if (op != OpKind::kNormBackward && out[i].variant != Variant::kRing && out[i].variant != Variant::kWarpRing) {
       Config c = out[i];
       c.blocks_per_sm = kGridCoversRows;
       out.push_back(c);

@@ -23,6 +23,8 @@ enum class Variant : int {
                     // registers, their row sums met in shared memory (thread block clusters: NVIDIA sm_90 and later)
   kRing = 7,        // softmax forward: as kShared, the block's next rows copied ahead into a ring of shared-memory
                     // slots while it works on the current one (asynchronous copies: NVIDIA sm_80 and later)
+  kWarpRing = 8,    // norm forward: as kGroup with 32 lanes and a row at a time, each warp's next rows copied ahead
+                    // into a ring of `group` row slots in shared memory (asynchronous copies: NVIDIA sm_80 and later)
 };
 
 // Instantiated shapes: group widths 1..32 (a sub-warp on any vendor), packs
@@ -157,6 +159,22 @@ inline constexpr int64_t ring_chunks(int64_t vectors, int threads, int packs) {
   return (vectors + int64_t(threads) * packs - 1) / (int64_t(threads) * packs);
 }
 
+// kWarpRing: a warp of 32 lanes owns a row at a time, each lane holding
+// `packs` 16-byte vectors of it as kGroup's lanes do; each warp has `group`
+// row slots in dynamic shared memory, which its lanes fill with the warp's
+// next rows by asynchronous copies, each lane copying and reading back its
+// own vectors. The grid is persistent (a warp's ring runs across its rows).
+// Why: the kGroup kernels hold their rows in registers, so at 8192 rows of
+// 768-1024 16-bit columns the grid covering the rows runs in two waves whose
+// second starts its loads only as the first ends, and a persistent grid can
+// prefetch only a row ahead; the copies keep up to kMaxWarpRingSlots rows
+// per warp in flight at no register cost.
+inline constexpr int kWarpRingLanes = 32;
+inline constexpr int kMaxWarpRingSlots = kMaxRingAhead + 1;
+// Its kernels' launch bound: up to 128 registers a thread, so that lanes of
+// 32 16-bit elements hold them as floats.
+inline constexpr int kWarpRingMaxThreads = 512;
+
 // kShared keeps the row as stored (the call's dtype), in whole vectors, in
 // dynamic shared memory; the kernels' own static shared memory stays below
 // the reserve.
@@ -177,8 +195,10 @@ inline constexpr int64_t shared_bytes(OpKind op, int64_t cols, int vec, int elem
 struct Config {
   Variant variant = Variant::kReread;
   int vec = 1;       // elements per memory access (16 bytes worth, or 1)
-  int group = 0;     // kGroup: lanes per row; kCluster: blocks per row (per cluster); kRing: chunk slots
-  int packs = 1;     // kGroup, kBlock, kRereadSums, kCluster: vectors per lane per row (kGroup, kBlock: fit_packs);
+  int group = 0;     // kGroup: lanes per row; kCluster: blocks per row (per cluster); kRing: chunk slots;
+                     // kWarpRing: row slots per warp
+  int packs = 1;     // kGroup, kBlock, kRereadSums, kCluster, kWarpRing: vectors per lane per row (kGroup, kBlock,
+                     // kWarpRing: fit_packs);
                      // kRing: per lane per chunk
   int rows = 1;      // kGroup: rows per group at once (1 or 2)
   int threads = 256; // threads per block
@@ -196,14 +216,15 @@ inline constexpr int kGridCoversRows = -1;
 
 // The dynamic shared memory the kernel of a completed Config c is launched
 // with for a row of `cols` elements of elem_size bytes: the staged rows of
-// kShared and kSharedDy, kRing's slots, the dbeta sums of kRereadSums and
+// kShared and kSharedDy, kRing's and kWarpRing's slots, the dbeta sums of kRereadSums and
 // of the norm backward's kBlock kernels when they live there, else 0.
 // complete_config checks it against the device, the launchers use it.
 inline constexpr int64_t config_shared_bytes(OpKind op, const Config &c, int64_t cols, int elem_size) {
   switch (c.variant) {
     case Variant::kShared: return shared_bytes(op, cols, c.vec, elem_size);
     case Variant::kSharedDy: return op == OpKind::kSoftmaxBackward ? shared_row_bytes(cols, c.vec, elem_size) : 0;
-    case Variant::kRing: return int64_t(c.group) * c.threads * c.packs * c.vec * elem_size;
+    case Variant::kRing:
+    case Variant::kWarpRing: return int64_t(c.group) * c.threads * c.packs * c.vec * elem_size;
     case Variant::kRereadSums:
       return reread_sums_beta_shared(c.packs * c.vec, c.threads) ? beta_sums_bytes(c.threads, c.packs * c.vec) : 0;
     case Variant::kBlock:
