@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kRing ? kWarpRingMaxThreads : register_kernel_
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   static_assert(!kAhead || (G == 0 && ROWS == 1), "kAhead: a row per block");
   static_assert(!kAhead || (kAffine == AffineForm::kGeneral && kResidual), "kAhead: form and residual at run time");
-  static_assert(!kRing || (G == kWarpRingLanes && ROWS == 1 && !kAhead), "kRing: a warp per row");
+  static_assert(!kRing || (G == kRingRowLanes && ROWS == 1 && !kAhead), "kRing: a warp per row");
   __shared__ float scratch[ROWS][kMaxWarpsPerBlock];
   extern __shared__ uint4 shared_row[];  // kRing's slots
   constexpr bool kCache = kCacheForwardAffine<T, PACKS, VEC>;
@@ -1382,8 +1382,8 @@ xvk_status_t forward_registers(Context &ctx, const Config &c, const xvk_norm_for
         constexpr int P = decltype(packs)::value;
         with_forward_affine_form<T, VEC, P>(a, [&](auto form) {
           constexpr AffineForm F = decltype(form)::value;
-          status = launch_rows_smem(ctx, c, norm_forward_registers<T, VEC, P, kWarpRingLanes, 1, F, kResidual, false, true>,
-                                    "norm_forward_registers", a.rows, c.threads / kWarpRingLanes,
+          status = launch_rows_smem(ctx, c, norm_forward_registers<T, VEC, P, kRingRowLanes, 1, F, kResidual, false, true>,
+                                    "norm_forward_registers", a.rows, c.threads / kRingRowLanes,
                                     size_t(config_shared_bytes(OpKind::kNormForward, c, a.cols, sizeof(T))), a);
         });
       });

@@ -156,12 +156,12 @@ bool complete_config(Config &c, OpKind op, int dtype, int64_t cols, const Device
     }
     case Variant::kWarpRing: {
       // The norm forward's, on the 16-byte vectors the copies move whole, on
-      // warps of kWarpRingLanes lanes; never on a grid covering the rows.
+      // warps of kRingRowLanes lanes; never on a grid covering the rows.
       c.rows = 1;
-      if (op != OpKind::kNormForward || !limits.async_copies || warp_size != kWarpRingLanes || c.vec * elem_size != 16 ||
+      if (op != OpKind::kNormForward || !limits.async_copies || warp_size != kRingRowLanes || c.vec * elem_size != 16 ||
           c.blocks_per_sm == kGridCoversRows || c.group < 2 || c.group > kMaxWarpRingSlots)
         return false;
-      c.packs = fit_packs(ceil_div(vectors, kWarpRingLanes));
+      c.packs = fit_packs(ceil_div(vectors, kRingRowLanes));
       return c.packs > 0 && c.threads >= warp_size && c.threads % warp_size == 0 && c.threads <= kWarpRingMaxThreads &&
              fits_shared(config_shared_bytes(op, c, cols, elem_size), limits);
     }

@@ -169,7 +169,9 @@ inline constexpr int64_t ring_chunks(int64_t vectors, int threads, int packs) {
 // second starts its loads only as the first ends, and a persistent grid can
 // prefetch only a row ahead; the copies keep up to kMaxWarpRingSlots rows
 // per warp in flight at no register cost.
-inline constexpr int kWarpRingLanes = 32;
+// Lanes per row: a group of 32, the whole warp on the devices that have the
+// asynchronous copies (complete_config checks the warp width).
+inline constexpr int kRingRowLanes = 32;
 inline constexpr int kMaxWarpRingSlots = kMaxRingAhead + 1;
 // Its kernels' launch bound: up to 128 registers a thread, so that lanes of
 // 32 16-bit elements hold them as floats.
