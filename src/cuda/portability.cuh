@@ -637,18 +637,6 @@ __device__ __forceinline__ void async_copies_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
-// The dynamic shared memory the block was launched with, in bytes (where the
-// backend has asynchronous copies: the kernels that use them size their
-// rings by it; 0 elsewhere).
-__device__ __forceinline__ unsigned dynamic_shared_bytes() {
-#if XVK_GPU_CUDA
-  unsigned bytes;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-  return bytes;
-#else
-  return 0;
-#endif
-}
 // The same with n known at run time, 0 <= n <= 7 (kMaxRingAhead).
 __device__ __forceinline__ void async_copies_wait(int n) {
   switch (n) {
@@ -661,6 +649,18 @@ __device__ __forceinline__ void async_copies_wait(int n) {
     case 6: async_copies_wait<6>(); break;
     default: async_copies_wait<7>(); break;
   }
+}
+// The dynamic shared memory the block was launched with, in bytes (where the
+// backend has asynchronous copies: the kernels that use them size their
+// rings by it; 0 elsewhere).
+__device__ __forceinline__ unsigned dynamic_shared_bytes() {
+#if XVK_GPU_CUDA
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes;
+#else
+  return 0;
+#endif
 }
 
 // ---------------------------------------------------------------------------
