@@ -219,8 +219,10 @@ __global__ void __launch_bounds__(kRing ? kWarpRingMaxThreads : register_kernel_
   // A group past the last row computes on zeros and writes nothing; its
   // lanes reduce only among themselves. Only for lanes of up to 24 elements
   // (three packs of halves): with 32, the second copy made ptxas spill more
-  // (sm_90).
-  constexpr bool kVersionFull = PACKS * VEC * ROWS <= 24;
+  // (sm_90). The ring kernels (a 512-thread bound) take it at any width:
+  // H200, same run, best of three, the table's 11 ring rows 0.956-0.998x the
+  // time (LayerNorm fp16 8192 x 1024 0.956) (h200-2026-12-02-warp-ring.txt).
+  constexpr bool kVersionFull = kRing || PACKS * VEC * ROWS <= 24;
   const bool full = int64_t(PACKS) * map.width * VEC == a.cols;
   // Group lanes of up to 16 elements issue their next rows' loads of x (and
   // the rows' shifts, where kShiftFromLane does not take them from a lane)
