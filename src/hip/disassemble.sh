@@ -205,7 +205,7 @@ excerpt() {
   echo
   excerpt softmax gfx90a 'void xvk::gpu::(anonymous namespace)::softmax_forward_registers<false, false, float, 4, 1, 32, 1, false>(' \
     "Group registers (softmax forward without masks, float32, a group of 32 lanes per row)" reduce
-  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_forward_registers<__half, 8, 1, 0, 1, (xvk::gpu::(anonymous namespace)::AffineForm)1, false, false>(' \
+  excerpt norms gfx90a 'void xvk::gpu::(anonymous namespace)::norm_forward_registers<__half, 8, 1, 0, 1, (xvk::gpu::(anonymous namespace)::AffineForm)1, false, false, false>(' \
     "Block registers (LayerNorm forward, float16, a block per row; gamma and beta in float16, no residual)" reduce
   excerpt softmax gfx90a 'void xvk::gpu::(anonymous namespace)::softmax_forward_reread<false, hip_bfloat16, 8>(' \
     "Reread (softmax forward, bfloat16, a block streams its row twice)" reduce
