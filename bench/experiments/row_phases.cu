@@ -41,7 +41,8 @@ constexpr int kThreads = 1024;
 // The block's max of a float per thread, then the sum of each one's
 // difference from it: the softmax kernels' two reductions per row
 // (block_all_reduce, the library's own); every thread gets the sum.
-__device__ __forceinline__ float two_reductions(float v, float (*scratch)[kMaxWarpsPerBlock]) {
+template <int M>
+__device__ __forceinline__ float two_reductions(float v, float (&scratch)[M][kMaxWarpsPerBlock]) {
   float m[1] = {v};
   block_all_reduce(m, MaxOp{}, scratch);
   float s[1] = {v - m[0]};
@@ -52,8 +53,8 @@ __device__ __forceinline__ float two_reductions(float v, float (*scratch)[kMaxWa
 // A float of the thread's data, so that the reductions cannot be left out,
 // and a change to the data that depends on their result (never made: the
 // sum of values v - max is never exactly that), so that the stores wait.
-template <int PACKS>
-__device__ __forceinline__ void reduce_rows_data(uint4 (&v)[PACKS], float (*scratch)[kMaxWarpsPerBlock]) {
+template <int PACKS, int M>
+__device__ __forceinline__ void reduce_rows_data(uint4 (&v)[PACKS], float (&scratch)[M][kMaxWarpsPerBlock]) {
   float f = 0.0f;
 #pragma unroll
   for (int k = 0; k < PACKS; ++k) f += float(v[k].x & 0xffu);

@@ -103,12 +103,14 @@ __device__ __forceinline__ float group_all_reduce(float v, Op op) {
 inline constexpr int kMaxWarpsPerBlock = 1024 / kMinWarpSize;
 
 // All-reduce over the whole block (blockDim.x a multiple of the warp width).
-// `scratch` holds kMaxWarpsPerBlock floats of shared memory; N values are
-// reduced at once to share the barriers. Every warp re-reduces the per-warp
+// `scratch` holds M >= N rows of kMaxWarpsPerBlock floats of shared memory
+// (checked at compile time); N values are reduced at once to share the
+// barriers. Every warp re-reduces the per-warp
 // partials itself, so no broadcast barrier is needed, and the trailing
 // barrier lets the caller reuse scratch at once.
-template <int N, class Op>
-__device__ __forceinline__ void block_all_reduce(float (&v)[N], Op op, float (*scratch)[kMaxWarpsPerBlock]) {
+template <int N, int M, class Op>
+__device__ __forceinline__ void block_all_reduce(float (&v)[N], Op op, float (&scratch)[M][kMaxWarpsPerBlock]) {
+  static_assert(N <= M, "a row of scratch per value");
 #pragma unroll
   for (int i = 0; i < N; ++i) v[i] = group_all_reduce<kWarpSize>(v[i], op);
   const int warps = int(blockDim.x) / kWarpSize;
@@ -129,16 +131,17 @@ __device__ __forceinline__ void block_all_reduce(float (&v)[N], Op op, float (*s
 // block when G == 0.
 template <int G>
 struct RowReducer {
-  template <int N, class Op>
-  __device__ __forceinline__ static void all_reduce(float (&v)[N], Op op, float (*)[kMaxWarpsPerBlock]) {
+  template <int N, int M, class Op>
+  __device__ __forceinline__ static void all_reduce(float (&v)[N], Op op, float (&)[M][kMaxWarpsPerBlock]) {
+    static_assert(N <= M, "a row of scratch per value (as the block's reduction needs)");
 #pragma unroll
     for (int i = 0; i < N; ++i) v[i] = group_all_reduce<G>(v[i], op);
   }
 };
 template <>
 struct RowReducer<0> {
-  template <int N, class Op>
-  __device__ __forceinline__ static void all_reduce(float (&v)[N], Op op, float (*scratch)[kMaxWarpsPerBlock]) {
+  template <int N, int M, class Op>
+  __device__ __forceinline__ static void all_reduce(float (&v)[N], Op op, float (&scratch)[M][kMaxWarpsPerBlock]) {
     block_all_reduce(v, op, scratch);
   }
 };

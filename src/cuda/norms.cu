@@ -466,7 +466,8 @@ struct Welford {
 };
 
 // Merges every thread's Welford statistics across the block; all threads get the result.
-__device__ __forceinline__ Welford block_welford(Welford w, float (*scratch)[kMaxWarpsPerBlock]) {
+template <int M>
+__device__ __forceinline__ Welford block_welford(Welford w, float (&scratch)[M][kMaxWarpsPerBlock]) {
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     w.merge(shfl_xor(w.n, offset, kWarpSize), shfl_xor(w.mean, offset, kWarpSize), shfl_xor(w.m2, offset, kWarpSize));
@@ -499,9 +500,9 @@ inline constexpr int kIssue = sizeof(T) == 2 ? 3 : 4;
 // pass 1; staged, its variance is then an exact second pass over shared
 // memory, and re-reading, pass 1 merges per-vector Welford statistics
 // instead (a division per vector, but no third read of memory).
-template <class T, int VEC, bool kStaged>
+template <class T, int VEC, bool kStaged, int M>
 __device__ __forceinline__ void norm_forward_streamed(const xvk_norm_forward_args &a, Pack<T, VEC> *staged,
-                                                      float (*scratch)[kMaxWarpsPerBlock]) {
+                                                      float (&scratch)[M][kMaxWarpsPerBlock]) {
   using P = Pack<T, VEC>;
   const bool f32 = a.param_dtype == XVK_DTYPE_F32;
   const bool welford = !kStaged && !a.rms;

@@ -245,7 +245,8 @@ struct OnlineMaxSum {
     max = new_max;
   }
   // The row's max and sum: every thread of the block calls it.
-  __device__ __forceinline__ void reduce_block(float (*scratch)[kMaxWarpsPerBlock], float &row_max, float &row_sum) const {
+  template <int M>
+  __device__ __forceinline__ void reduce_block(float (&scratch)[M][kMaxWarpsPerBlock], float &row_max, float &row_sum) const {
     float m[1] = {max};
     RowReducer<0>::all_reduce(m, MaxOp{}, scratch);
     float s[1] = {max == kNegInf ? 0.0f : sum * exp2_fast((max - m[0]) * kLog2e)};
@@ -260,9 +261,9 @@ struct OnlineMaxSum {
 // may still hold it) or from the copy pass 1 left in shared memory (kStaged).
 // Each thread stages and reads back only its own vectors, so the staging
 // needs no barrier of its own. Vectors past the causal limit are never read.
-template <bool kLog, class T, int VEC, bool kStaged>
+template <bool kLog, class T, int VEC, bool kStaged, int M>
 __device__ __forceinline__ void softmax_forward_streamed(const xvk_softmax_forward_args &a, Pack<T, VEC> *staged,
-                                                         float (*scratch)[kMaxWarpsPerBlock]) {
+                                                         float (&scratch)[M][kMaxWarpsPerBlock]) {
   using P = Pack<T, VEC>;
   const int64_t vectors = a.cols / VEC;  // VEC divides cols on the vector path
   const int64_t stride = blockDim.x;
@@ -469,9 +470,9 @@ enum class Staged { kNone, kDy, kBoth };
 // reads them again from memory or from the copies pass 1 left in shared
 // memory (dy's row, then, kBoth, y's). Log-softmax's sum needs no y, so
 // unless y is staged, its pass 1 reads dy alone and y is read once.
-template <class T, int VEC, Staged kStaged>
+template <class T, int VEC, Staged kStaged, int M>
 __device__ __forceinline__ void softmax_backward_streamed(const xvk_softmax_backward_args &a, Pack<T, VEC> *staged,
-                                                          float (*scratch)[kMaxWarpsPerBlock]) {
+                                                          float (&scratch)[M][kMaxWarpsPerBlock]) {
   using P = Pack<T, VEC>;
   constexpr bool kStageDy = kStaged != Staged::kNone, kStageY = kStaged == Staged::kBoth;
   const int64_t vectors = a.cols / VEC;  // VEC divides cols on the vector path
