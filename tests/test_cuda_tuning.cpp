@@ -98,9 +98,7 @@ void check_sm90_table(const TuningTable &table) {
     // The row itself, not the default rule's fallback.
     CHECK(int(c.variant) == e.variant);
     CHECK(c.blocks_per_sm == e.blocks_per_sm);
-    if (e.variant == int(Variant::kGroup) || e.variant == int(Variant::kCluster) || e.variant == int(Variant::kRing) ||
-        e.variant == int(Variant::kWarpRing))
-      CHECK(c.group == e.group);
+    if (uses_group(Variant(e.variant))) CHECK(c.group == e.group);
     if (e.threads != 0 && e.variant != int(Variant::kBlock)) CHECK(c.threads == e.threads);
     // A block's packs: the row's, at most the entry's (fewer when the threads,
     // rounded up to whole warps, hold the row in fewer: fit_packs).

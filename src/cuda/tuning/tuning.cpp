@@ -226,9 +226,7 @@ const char *variant_name(Variant v) {
 
 std::string config_name(const Config &c) {
   std::string s = variant_name(c.variant);
-  if (c.variant == Variant::kGroup || c.variant == Variant::kCluster || c.variant == Variant::kRing ||
-      c.variant == Variant::kWarpRing)
-    s += std::to_string(c.group);
+  if (uses_group(c.variant)) s += std::to_string(c.group);
   s += ".p" + std::to_string(c.packs);
   if (c.variant == Variant::kGroup) s += ".r" + std::to_string(c.rows);
   s += ".t" + std::to_string(c.threads);

@@ -207,6 +207,12 @@ struct Config {
   int blocks_per_sm = 0;  // grid: 0, as many blocks as fit at once; n > 0, at most n per SM; kGridCoversRows
 };
 
+// Whether Config::group means something for this variant (its name shows it,
+// and a table row's group is the config's).
+constexpr bool uses_group(Variant v) {
+  return v == Variant::kGroup || v == Variant::kCluster || v == Variant::kRing || v == Variant::kWarpRing;
+}
+
 // Config::blocks_per_sm for a grid of one block per rows_per_block rows
 // rather than a persistent grid of resident blocks looping over them: the
 // hardware hands out blocks as slots free, so no block is left with a last
