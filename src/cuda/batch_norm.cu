@@ -439,7 +439,8 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
 // against 56 with VEC sets, more resident warps, more loads in flight), 2
 // when it may straddle two (channels-first, VEC < s: 7 x 7, 14 x 14 planes),
 // VEC for channels-last. (Loading 2 or 4 rows ahead per thread was slower on
-// the H200: the registers cost more warps than the loads gained.) tx lanes
+// the H200: the registers cost more warps than the loads gained; 16-bit
+// inference, with no z or mask to hold, gains from two: PAIRS.) tx lanes
 // across column vectors, ty down rows; grid (column tiles, row blocks). The
 // lanes of one mask word (32 columns of a row) are consecutive tx of one ty,
 // and every lane runs the same row loop, so all reach store_mask_word.
@@ -453,7 +454,19 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
 // 0.900x, Add+ReLU forward 0.93x; bench/results/h100-2026-11-26-batch-norm-
 // last-use.txt). A tensor that L2 can hold keeps more of what pass 2 has yet
 // to read; larger ones lose that way.
-template <class T, int VEC, int SETS, bool LAST>
+// PAIRS (kInferencePairs: 16-bit inference without z or a mask): two rows a
+// trip, both rows' loads issued before either is used, so each thread keeps
+// two in flight. ncu, H200, 256x2048x7x7 inference: these kernels waited on
+// their one load most of the time (72% of the cycles between issues, fp32
+// NHWC), with 4 (16-bit NHWC) or 5 (fp32) blocks resident by registers.
+// H200, same run, against main: 16-bit inference 0.986x the time in
+// geometric mean over the benchmark's 24 cases (0.961-0.999; (16, 32, 112,
+// 112) 0.96-0.97x, NCHW 14 x 14 0.97x). Float32 gained nothing (0.942-1.019x
+// with pairs, NHWC 1.000-1.019x), so it keeps one row a trip
+// (bench/results/h200-2026-12-03-session43-trials.txt, items 6 and 7).
+template <class T>
+inline constexpr bool kInferencePairs = sizeof(T) == 2;
+template <class T, int VEC, int SETS, bool LAST, bool PAIRS = false>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const CoefTable coef, int do_relu,
                                                                int tile) {
@@ -464,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
   const int64_t rows = sh.rows, step = int64_t(gridDim.y) * rows_step;
   int64_t i = int64_t(blockIdx.y) * rows_step + ty;
   Pack<T, VEC> x_first, z_first;
-  if (kFirstRowEarly<T> && active && i < rows) {
+  if (kFirstRowEarly<T> && !PAIRS && active && i < rows) {
     const int64_t e = (rows - 1 - i) * sh.row_len + col0;
     x_first = load_pack_once<T, VEC, LAST>(x, e);
     if (z) z_first = load_pack_once<T, VEC, LAST>(z, e);
@@ -472,32 +485,54 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
     prefetch_l2(x + (rows - 1 - i) * sh.row_len + col0);  // the first row into L2 (see kFirstRowEarly)
   }
   const ColumnCoefs<VEC, SETS> k(sh, coef, col0, active);
-  // Rows from the last (reduce_columns read those last: L2 may still hold them).
-  for (bool first = true; i < rows; i += step, first = false) {
-    const int64_t r = rows - 1 - i;
-    const int64_t e = r * sh.row_len + col0;
-    uint32_t bits = 0;
-    // The next row's x into L2 (no register): the loads in flight that
-    // registers could not buy. H200: NHWC 16-bit inference 1.32 -> 1.21x the
-    // copy time, bn+relu forward 1.49 -> 1.42x; prefetching z as well made
-    // Add+ReLU 1% slower, and the backward (more registers) lost.
-    if (kL2Prefetch && active && r >= step) prefetch_l2(x + e - step * sh.row_len);
-    if (active) {
-      Pack<T, VEC> xs, zs;
-      if (kFirstRowEarly<T> && first) {
-        xs = x_first;
-        zs = z_first;
-      } else {
-        xs = load_pack_once<T, VEC, LAST>(x, e);
-        if (z) zs = load_pack_once<T, VEC, LAST>(z, e);
+  if constexpr (PAIRS) {
+    if (!active) return;  // no mask words to take part in
+    for (; i < rows; i += 2 * step) {  // from the last row, as below, two rows a trip
+      const int64_t r0 = rows - 1 - i, r1 = r0 - step;
+      const bool second = r1 >= 0;
+      const int64_t e0 = r0 * sh.row_len + col0, e1 = r1 * sh.row_len + col0;
+      const Pack<T, VEC> x0 = load_pack_once<T, VEC, LAST>(x, e0);
+      Pack<T, VEC> x1;
+      if (second) x1 = load_pack_once<T, VEC, LAST>(x, e1);
+      if (kL2Prefetch && r1 >= 2 * step) prefetch_l2(x + e1 - 2 * step * sh.row_len);
+      float xf[VEC], zf[VEC] = {}, out[VEC];  // (no z)
+      unpack(x0, xf);
+      forward_vector<T>(xf, zf, false, do_relu, VEC, k, out);
+      store_vec<T, VEC>(y + e0, out);
+      if (second) {
+        unpack(x1, xf);
+        forward_vector<T>(xf, zf, false, do_relu, VEC, k, out);
+        store_vec<T, VEC>(y + e1, out);
       }
-      float xf[VEC], zf[VEC], out[VEC];
-      unpack(xs, xf);
-      if (z) unpack(zs, zf);
-      bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, k, out);
-      store_vec<T, VEC>(y + e, out);
     }
-    if (mask) store_mask_word<VEC>(mask, e, bits, tx % (kWordBits / VEC), active);
+  } else {
+    // Rows from the last (reduce_columns read those last: L2 may still hold them).
+    for (bool first = true; i < rows; i += step, first = false) {
+      const int64_t r = rows - 1 - i;
+      const int64_t e = r * sh.row_len + col0;
+      uint32_t bits = 0;
+      // The next row's x into L2 (no register): the loads in flight that
+      // registers could not buy. H200: NHWC 16-bit inference 1.32 -> 1.21x the
+      // copy time, bn+relu forward 1.49 -> 1.42x; prefetching z as well made
+      // Add+ReLU 1% slower, and the backward (more registers) lost.
+      if (kL2Prefetch && active && r >= step) prefetch_l2(x + e - step * sh.row_len);
+      if (active) {
+        Pack<T, VEC> xs, zs;
+        if (kFirstRowEarly<T> && first) {
+          xs = x_first;
+          zs = z_first;
+        } else {
+          xs = load_pack_once<T, VEC, LAST>(x, e);
+          if (z) zs = load_pack_once<T, VEC, LAST>(z, e);
+        }
+        float xf[VEC], zf[VEC], out[VEC];
+        unpack(xs, xf);
+        if (z) unpack(zs, zf);
+        bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, k, out);
+        store_vec<T, VEC>(y + e, out);
+      }
+      if (mask) store_mask_word<VEC>(mask, e, bits, tx % (kWordBits / VEC), active);
+    }
   }
 }
 
@@ -1858,9 +1893,12 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     constexpr int VEC = decltype(vec_tag)::value;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
+        const bool pairs = kInferencePairs<T> && !coef && !a.z && !a.mask;
         auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
           return rows_kernel_for<VEC>(p, [&](auto sets) {
-            return forward_apply_rows<T, VEC, decltype(sets)::value, decltype(last)::value == 1>;
+            constexpr int S = decltype(sets)::value;
+            constexpr bool L = decltype(last)::value == 1;
+            return pairs ? forward_apply_rows<T, VEC, S, L, kInferencePairs<T>> : forward_apply_rows<T, VEC, S, L>;
           });
         });
         const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
