@@ -417,9 +417,13 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) backward_apply(Shap
 // 72 channels-last, a resident block less), 0.98-1.08x the time. The loop's
 // `first` flag lets nvcc peel the first trip (testing i against its start
 // held the row in registers throughout: 63 registers channels-last).
-template <class T>
-inline constexpr bool kFirstRowEarly = sizeof(T) == 4;
-// Where the first row is not loaded early (16-bit), forward_apply_rows asks
+// Nor with two coefficient sets (SETS == 2: 7 x 7 channels-first), whose
+// first row goes to L2 by request instead: H200, same run against main
+// (session 44's trials), fp32 256x2048x7x7 inference 0.958x the time, bn+relu
+// forward 0.989x, Add+ReLU forward 0.997x.
+template <class T, int SETS>
+inline constexpr bool kFirstRowEarly = sizeof(T) == 4 && SETS != 2;
+// Where the first row is not loaded early (16-bit; SETS == 2), forward_apply_rows asks
 // for its x in L2 before the coefficients (no register), so its DRAM latency
 // overlaps theirs. H100, same-run A/B against main (6db436a), best of two:
 // 16-bit inference 0.2-1.3 us less in all 20 cases (NCHW (16, 32, 112,
@@ -477,7 +481,7 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
   const int64_t rows = sh.rows, step = int64_t(gridDim.y) * rows_step;
   int64_t i = int64_t(blockIdx.y) * rows_step + ty;
   Pack<T, VEC> x_first, z_first;
-  if (kFirstRowEarly<T> && !PAIRS && active && i < rows) {
+  if (kFirstRowEarly<T, SETS> && !PAIRS && active && i < rows) {
     const int64_t e = (rows - 1 - i) * sh.row_len + col0;
     x_first = load_pack_once<T, VEC, LAST>(x, e);
     if (z) z_first = load_pack_once<T, VEC, LAST>(z, e);
@@ -520,7 +524,7 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
       if (kL2Prefetch && active && r >= step) prefetch_l2(x + e - step * sh.row_len);
       if (active) {
         Pack<T, VEC> xs, zs;
-        if (kFirstRowEarly<T> && first) {
+        if (kFirstRowEarly<T, SETS> && first) {
           xs = x_first;
           zs = z_first;
         } else {
