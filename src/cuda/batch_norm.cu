@@ -498,9 +498,13 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
       const Pack<T, VEC> x0 = load_pack_once<T, VEC, LAST>(x, e0);
       Pack<T, VEC> x1;
       if (second) x1 = load_pack_once<T, VEC, LAST>(x, e1);
-      // The next trip's second row into L2. Asking for its first row too:
-      // NHWC 16-bit 0.978-0.990x the time, NCHW 0.992-1.018x (H200, session
-      // 43's trials, item 8; not taken).
+      // The next trip's rows into L2: its second row, and with VEC sets
+      // (channels-last) its first row too. H200, same run against main:
+      // NHWC 16-bit inference 0.988x the time in geometric mean (0.985-0.993;
+      // session 44's trials). Channels-first it did not pay (0.992-1.018x;
+      // session 43's trials, item 8), and a runtime test of the layout cost
+      // those kernels 2-4% at 7 x 7 and 14 x 14.
+      if (kL2Prefetch && SETS == VEC && r1 >= step) prefetch_l2(x + e1 - step * sh.row_len);
       if (kL2Prefetch && r1 >= 2 * step) prefetch_l2(x + e1 - 2 * step * sh.row_len);
       const auto row = [&](const Pack<T, VEC> &xs, int64_t e) {
         float xf[VEC], zf[VEC] = {}, out[VEC];  // (no z)
