@@ -468,6 +468,12 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4 && SETS != 2;
 // 112) 0.96-0.97x, NCHW 14 x 14 0.97x). Float32 gained nothing (0.942-1.019x
 // with pairs, NHWC 1.000-1.019x), so it keeps one row a trip
 // (bench/results/h200-2026-12-03-session43-trials.txt, items 6 and 7).
+// The pairs walk the rows from the first: in inference no pass 1 has left
+// the last rows in L2. H200, same run against main (4 rounds alternated):
+// 16-bit inference 0.993x the time in geometric mean over 24 cases
+// (NHWC 0.970-1.000, NCHW 0.982-1.000 but for one noisy case; session 44's
+// trials). Training forwards keep the order: walking them from the first
+// too ran 0.995-1.027x.
 template <class T>
 inline constexpr bool kInferencePairs = sizeof(T) == 2;
 template <class T, int VEC, int SETS, bool LAST, bool PAIRS = false>
@@ -486,14 +492,15 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
     x_first = load_pack_once<T, VEC, LAST>(x, e);
     if (z) z_first = load_pack_once<T, VEC, LAST>(z, e);
   } else if (kL2Prefetch && active && i < rows) {
-    prefetch_l2(x + (rows - 1 - i) * sh.row_len + col0);  // the first row into L2 (see kFirstRowEarly)
+    const int64_t r = PAIRS ? i : rows - 1 - i;  // the first row into L2 (see kFirstRowEarly)
+    prefetch_l2(x + r * sh.row_len + col0);
   }
   const ColumnCoefs<VEC, SETS> k(sh, coef, col0, active);
   if constexpr (PAIRS) {
     if (!active) return;  // no mask words to take part in
-    for (; i < rows; i += 2 * step) {  // from the last row, as below, two rows a trip
-      const int64_t r0 = rows - 1 - i, r1 = r0 - step;
-      const bool second = r1 >= 0;
+    for (; i < rows; i += 2 * step) {  // from the first row (no pass 1 read the last ones), two a trip
+      const int64_t r0 = i, r1 = i + step;
+      const bool second = r1 < rows;
       const int64_t e0 = r0 * sh.row_len + col0, e1 = r1 * sh.row_len + col0;
       const Pack<T, VEC> x0 = load_pack_once<T, VEC, LAST>(x, e0);
       Pack<T, VEC> x1;
@@ -504,8 +511,8 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
       // session 44's trials). Channels-first it did not pay (0.992-1.018x;
       // session 43's trials, item 8), and a runtime test of the layout cost
       // those kernels 2-4% at 7 x 7 and 14 x 14.
-      if (kL2Prefetch && SETS == VEC && r1 >= step) prefetch_l2(x + e1 - step * sh.row_len);
-      if (kL2Prefetch && r1 >= 2 * step) prefetch_l2(x + e1 - 2 * step * sh.row_len);
+      if (kL2Prefetch && SETS == VEC && r1 + step < rows) prefetch_l2(x + e1 + step * sh.row_len);
+      if (kL2Prefetch && r1 + 2 * step < rows) prefetch_l2(x + e1 + 2 * step * sh.row_len);
       const auto row = [&](const Pack<T, VEC> &xs, int64_t e) {
         float xf[VEC], zf[VEC] = {}, out[VEC];  // (no z)
         unpack(xs, xf);
