@@ -457,7 +457,10 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4 && SETS != 2;
 // alone at (16, 32, 112, 112): 0.970x (channels-first bn+relu backward fp32
 // 0.900x, Add+ReLU forward 0.93x; bench/results/h100-2026-11-26-batch-norm-
 // last-use.txt). A tensor that L2 can hold keeps more of what pass 2 has yet
-// to read; larger ones lose that way.
+// to read; larger ones lose that way. Pass 1 asking L2 to keep the rows it
+// reads last for pass 2 (loads with an evict_last policy, 16-40 MiB of
+// them) gained nothing at 7 x 7 and 14 x 14 on the H200, and the kept lines
+// outlived the call, crowding later kernels out of L2 (session 45's trials).
 // PAIRS (kInferencePairs: 16-bit inference without z or a mask): two rows a
 // trip, both rows' loads issued before either is used, so each thread keeps
 // two in flight. ncu, H200, 256x2048x7x7 inference: these kernels waited on
@@ -1161,7 +1164,10 @@ constexpr int kFinalizeLoads = 8;
 // launch once pass 1 is done (its blocks then wait in wait_for_prior_kernel
 // beside these). H200, 96 training cases of the small shapes against one
 // load per merge, inputs after the wait and no early launch: 0.5% less time
-// in geometric mean.
+// in geometric mean. Done instead by pass 1's last block of each column tile
+// (a ticket per tile; channels-last) it was slower: NHWC training ops 1.027x
+// the time (7 x 7 forwards 1.003x), one block reading a tile's states in few
+// lanes (H200, bench/results/h200-2026-12-03-session45-trials.txt, item 3).
 template <class Op, class Finish>
 __global__ void __launch_bounds__(kThreads)
     finalize(int64_t c, int parts, int per, int tpc, const float *partials, Finish finish) {

@@ -147,7 +147,10 @@ __global__ void __launch_bounds__(register_kernel_max_threads(false, PACKS * VEC
   // Lanes of up to 16 elements issue all their loads of x before using any
   // (issue_row), so that they are in flight together; loaded pack by pack,
   // each waited out the one before (sm_90 SASS). Wider lanes keep per-pack
-  // loads: holding the raw packs beside the floats made them spill.
+  // loads: holding the raw packs beside the floats made them spill. (16-bit
+  // lanes of 64 elements holding only the raw packs, converted again in each
+  // pass, for two 512-thread blocks per SM: spilled 200-376 bytes under 64
+  // registers and ran 2x slower at 32768 columns; session 45's trials.)
   constexpr bool kIssueFirst = PACKS * VEC * ROWS <= 16;
   for (int64_t base = map.first_warp_row; base < a.rows; base += map.row_step) {
     float z[ROWS][PACKS][VEC];
