@@ -477,6 +477,14 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4 && SETS != 2;
 // (NHWC 0.970-1.000, NCHW 0.982-1.000 but for one noisy case; session 44's
 // trials). Training forwards keep the order: walking them from the first
 // too ran 0.995-1.027x.
+// Channels-last, the pairs take 8-byte vectors (forward_typed): 4
+// coefficient sets a thread instead of 8, 40 registers against 63, so 6
+// blocks per SM instead of 4. H200, same run against main (2 rounds):
+// NHWC 16-bit inference 0.926-0.998x the time (7 x 7 0.93x, 14 x 14 and
+// (16, 32, 112, 112) 0.95-0.97x, 56 x 56 and 112 x 112 0.99-1.00x); the
+// training forwards (mask, z: no pairs) ran 1.06-1.14x on 8-byte vectors
+// from 7 x 7 up, so they keep 16-byte ones
+// (bench/results/h200-2026-12-03-session45-trials.txt, item 4).
 template <class T>
 inline constexpr bool kInferencePairs = sizeof(T) == 2;
 template <class T, int VEC, int SETS, bool LAST, bool PAIRS = false>
@@ -1912,17 +1920,24 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
   }
   if (status != XVK_SUCCESS) return status;
   const CoefTable table{coef, a.running_mean, a.running_var, a.gamma, a.beta, a.epsilon};
+  const bool pairs = kInferencePairs<T> && !coef && !a.z && !a.mask;
+  // Vectors of half the width: the channels-last pairs alone (kInferencePairs),
+  // which forward_typed sends here only with rows of whole such vectors.
   auto apply = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
+    constexpr bool kHalfWidth = VEC > 1 && VEC < kMaxVec<T>;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
-        const bool pairs = kInferencePairs<T> && !coef && !a.z && !a.mask;
         auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
-          return rows_kernel_for<VEC>(p, [&](auto sets) {
-            constexpr int S = decltype(sets)::value;
-            constexpr bool L = decltype(last)::value == 1;
-            return pairs ? forward_apply_rows<T, VEC, S, L, kInferencePairs<T>> : forward_apply_rows<T, VEC, S, L>;
-          });
+          constexpr bool L = decltype(last)::value == 1;
+          if constexpr (kHalfWidth) {
+            return forward_apply_rows<T, VEC, VEC, L, true>;  // channels-last: VEC sets
+          } else {
+            return rows_kernel_for<VEC>(p, [&](auto sets) {
+              constexpr int S = decltype(sets)::value;
+              return pairs ? forward_apply_rows<T, VEC, S, L, kInferencePairs<T>> : forward_apply_rows<T, VEC, S, L>;
+            });
+          }
         });
         const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
         return launch_kernel(ctx, "batch_norm forward (rows)", kernel, g.grid, dim3(kThreads), 0, p.sh,
@@ -1930,12 +1945,19 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
                              a.mask, table, a.relu, g.tile);
       }
     }
-    auto kernel = vectors_in_one_channel(p, VEC) ? forward_apply<T, VEC, true> : forward_apply<T, VEC, false>;
-    return launch_kernel(ctx, "batch_norm forward", kernel,
-                         dim3(apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC)), dim3(kThreads), 0, p.sh,
-                         static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
-                         a.mask, table, a.relu);
+    if constexpr (kHalfWidth) {
+      return XVK_ERROR_INTERNAL;  // unreachable: forward_typed checked the rows
+    } else {
+      auto kernel = vectors_in_one_channel(p, VEC) ? forward_apply<T, VEC, true> : forward_apply<T, VEC, false>;
+      return launch_kernel(ctx, "batch_norm forward", kernel,
+                           dim3(apply_grid(ctx, kernel, (p.sh.numel + VEC - 1) / VEC)), dim3(kThreads), 0, p.sh,
+                           static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
+                           a.mask, table, a.relu);
+    }
   };
+  if constexpr (kInferencePairs<T>)
+    if (pairs && p.channels_last && p.apply_vec > 1 && p.sh.row_len % (kMaxVec<T> / 2) == 0)
+      return apply(IntConst<kMaxVec<T> / 2>{});
   return p.apply_vec > 1 ? apply(IntConst<kMaxVec<T>>{}) : apply(IntConst<1>{});
 }
 
