@@ -15,7 +15,8 @@
 #              BN_BIG_REPS (default BN_REPS: shapes of >= 100M elements) set the launches per case (>= 20)
 #   quickbnbench the same on two shapes
 #   bntest     the BatchNorm GPU suite six times: single-pass as tuned, forced on, forced off, each with pass 2's
-#              last-use loads as tuned and forced off (XVK_BATCH_NORM_LAST_USE=0)
+#              last-use loads as tuned and forced off (XVK_BATCH_NORM_LAST_USE=0); then twice more with pass 2's
+#              staging forced on and off (XVK_BATCH_NORM_STAGE=1, =0)
 #   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
 #   l2ahead    the wide-row forwards with the block kernels' next-row L2 request as the rule says and forced
 #              off (XVK_L2_ROW_AHEAD=0), alternated twice; times side by side
@@ -92,7 +93,12 @@ for stage in "$@"; do
         XVK_BATCH_NORM_LAST_USE=$lu XVK_BATCH_NORM_SINGLE_PASS=$v XVK_BACKEND_PATH=$PWD/$BUILD/lib \
           $BUILD/bin/test_gpu_batch_norm >"$log_file" 2>&1
         echo "XVK_BATCH_NORM_SINGLE_PASS=${v:-unset} XVK_BATCH_NORM_LAST_USE=${lu:-unset} exit $?"; tail -3 "$log_file"
-      done; done ;;
+      done; done
+      for st in 1 0; do
+        log_file="$OUT/bn-test-stage-$st.log"
+        XVK_BATCH_NORM_STAGE=$st XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/test_gpu_batch_norm >"$log_file" 2>&1
+        echo "XVK_BATCH_NORM_STAGE=$st exit $?"; tail -3 "$log_file"
+      done ;;
     bnsanitize)
       log bnsanitize
       for tool in memcheck racecheck; do

@@ -487,18 +487,59 @@ inline constexpr bool kFirstRowEarly = sizeof(T) == 4 && SETS != 2;
 // (bench/results/h200-2026-12-03-session45-trials.txt, item 4).
 template <class T>
 inline constexpr bool kInferencePairs = sizeof(T) == 2;
-template <class T, int VEC, int SETS, bool LAST, bool PAIRS = false>
+
+// Staging (training only, `stage` > 0): pass 2 launches while finalize still
+// runs (finalize lets it), and its blocks then wait for the coefficients.
+// Meanwhile they copy the rows each thread reaches last (those pass 1 read
+// first, which L2 no longer holds) into shared memory, so DRAM works through
+// the wait. The inputs staged (x and z; dy and x) are written by no kernel
+// of the call, and every kernel before the call is complete once pass 1 is,
+// so reading them before wait_for_prior_kernel is safe; in inference pass 2
+// is the call's first kernel and never stages. Row indices i >= from (the
+// last `stage` of every thread's, as the host computes `from`; rows when
+// none) are staged: a kernel parameter, so no register holds it, and the
+// lanes of a mask word walk the same loops. Slots: [tensor][row][thread] of
+// 16-byte packs in dynamic shared memory.
+struct Staging {
+  int64_t from;  // the first staged row index i
+  int stage;     // rows per tensor
+};
+template <class T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> *staged_slot(const Staging &st, int tensor, int q) {
+  extern __shared__ uint4 staged_slots[];  // one name and type for every instantiation; 16-byte aligned
+  return reinterpret_cast<Pack<T, VEC> *>(staged_slots) + (tensor * st.stage + q) * int(blockDim.x) + int(threadIdx.x);
+}
+// Starts the copies of a thread's staged rows (i = from + (i0 - from) mod
+// step, ...; row rows - 1 - i) of a and, if not null, b.
+template <class T, int VEC>
+__device__ __forceinline__ void stage_rows(const Staging &st, const Shape &sh, int64_t col0, int64_t i, int64_t step,
+                                           const T *a, const T *b) {
+  if constexpr (kAsyncCopy && VEC * sizeof(T) == 16) {
+    if (st.from >= sh.rows || col0 >= sh.row_len) return;
+    if (i < st.from) i += (st.from - i + step - 1) / step * step;
+    for (int q = 0; i < sh.rows; i += step, ++q) {
+      const int64_t e = (sh.rows - 1 - i) * sh.row_len + col0;
+      copy_async_16(staged_slot<T, VEC>(st, 0, q), a + e);
+      if (b) copy_async_16(staged_slot<T, VEC>(st, 1, q), b + e);
+    }
+    async_copies_commit();
+  }
+}
+
+template <class T, int VEC, int SETS, bool LAST, bool PAIRS = false, bool STAGED = false>
 __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(Shape sh, const T *x, const T *z, T *y,
                                                                uint32_t *mask, const CoefTable coef, int do_relu,
-                                                               int tile) {
-  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
+                                                               int tile, Staging st) {
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
   const bool active = col0 < sh.row_len;
   const int64_t rows = sh.rows, step = int64_t(gridDim.y) * rows_step;
   int64_t i = int64_t(blockIdx.y) * rows_step + ty;
+  if constexpr (STAGED) stage_rows<T, VEC>(st, sh, col0, i, step, x, z);
+  const int64_t unstaged_end = STAGED ? st.from : rows;
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   Pack<T, VEC> x_first, z_first;
-  if (kFirstRowEarly<T, SETS> && !PAIRS && active && i < rows) {
+  if (kFirstRowEarly<T, SETS> && !PAIRS && active && i < unstaged_end) {
     const int64_t e = (rows - 1 - i) * sh.row_len + col0;
     x_first = load_pack_once<T, VEC, LAST>(x, e);
     if (z) z_first = load_pack_once<T, VEC, LAST>(z, e);
@@ -534,8 +575,16 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
       if (second) row(x1, e1);
     }
   } else {
+    const auto apply_row = [&](const Pack<T, VEC> &xs, const Pack<T, VEC> &zs, int64_t e) {
+      float xf[VEC], zf[VEC], out[VEC];
+      unpack(xs, xf);
+      if (z) unpack(zs, zf);
+      const uint32_t bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, k, out);
+      store_vec<T, VEC>(y + e, out);
+      return bits;
+    };
     // Rows from the last (reduce_columns read those last: L2 may still hold them).
-    for (bool first = true; i < rows; i += step, first = false) {
+    for (bool first = true; i < unstaged_end; i += step, first = false) {
       const int64_t r = rows - 1 - i;
       const int64_t e = r * sh.row_len + col0;
       uint32_t bits = 0;
@@ -553,13 +602,19 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
           xs = load_pack_once<T, VEC, LAST>(x, e);
           if (z) zs = load_pack_once<T, VEC, LAST>(z, e);
         }
-        float xf[VEC], zf[VEC], out[VEC];
-        unpack(xs, xf);
-        if (z) unpack(zs, zf);
-        bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, k, out);
-        store_vec<T, VEC>(y + e, out);
+        bits = apply_row(xs, zs, e);
       }
       if (mask) store_mask_word<VEC>(mask, e, bits, tx % (kWordBits / VEC), active);
+    }
+    if (STAGED && i < rows) {  // the staged rows
+      if (active) async_copies_wait<0>();
+#pragma unroll 1
+      for (int q = 0; i < rows; i += step, ++q) {
+        const int64_t e = (rows - 1 - i) * sh.row_len + col0;
+        uint32_t bits = 0;
+        if (active) bits = apply_row(*staged_slot<T, VEC>(st, 0, q), *staged_slot<T, VEC>(st, z ? 1 : 0, q), e);
+        if (mask) store_mask_word<VEC>(mask, e, bits, tx % (kWordBits / VEC), active);
+      }
     }
   }
 }
@@ -572,21 +627,19 @@ __global__ void __launch_bounds__(kThreads, kApplyMinBlocks) forward_apply_rows(
 template <int VEC, int SETS>
 inline constexpr int kBackwardRowsMinBlocks = SETS == VEC ? 4 : kApplyMinBlocks;
 
-template <class T, int VEC, int SETS, bool LAST>
+template <class T, int VEC, int SETS, bool LAST, bool STAGED = false>
 __global__ void __launch_bounds__(kThreads, (kBackwardRowsMinBlocks<VEC, SETS>))
     backward_apply_rows(Shape sh, const T *dy, const T *x, const T *y, const uint32_t *mask, T *dx, T *dz,
-                        const Coef *coef, int do_relu, int tile) {
-  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
+                        const Coef *coef, int do_relu, int tile, Staging st) {
   const int tx = int(threadIdx.x) % tile, ty = int(threadIdx.x) / tile, rows_step = int(blockDim.x) / tile;
   const int64_t col0 = (int64_t(blockIdx.x) * tile + tx) * VEC;
+  const int64_t rows = sh.rows, step = int64_t(gridDim.y) * rows_step;
+  int64_t i = int64_t(blockIdx.y) * rows_step + ty;
+  if constexpr (STAGED) stage_rows<T, VEC>(st, sh, col0, i, step, dy, x);
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
   if (col0 >= sh.row_len) return;
   const ColumnCoefs<VEC, SETS> k(sh, coef, col0, true);
-  const int64_t rows = sh.rows;
-  // Rows from the last, as forward_apply_rows.
-  for (int64_t i = int64_t(blockIdx.y) * rows_step + ty; i < rows; i += int64_t(gridDim.y) * rows_step) {
-    const int64_t r = rows - 1 - i;
-    const int64_t e = r * sh.row_len + col0;
-    const Pack<T, VEC> dys = load_pack_once<T, VEC, LAST>(dy, e), xs = load_pack_once<T, VEC, LAST>(x, e);
+  const auto apply_row = [&](const Pack<T, VEC> &dys, const Pack<T, VEC> &xs, int64_t e) {
     const uint32_t bits = do_relu ? gate_bits<T, VEC, LAST>(y, mask, e, sh.numel) : kGateOpen;
     float g[VEC], xf[VEC], out[VEC];
     unpack(dys, g);
@@ -594,7 +647,17 @@ __global__ void __launch_bounds__(kThreads, (kBackwardRowsMinBlocks<VEC, SETS>))
     backward_vector(g, xf, bits, k, out);
     if (dz) store_vec<T, VEC>(dz + e, g);
     store_vec<T, VEC>(dx + e, out);
+  };
+  // Rows from the last, as forward_apply_rows.
+  for (; i < (STAGED ? st.from : rows); i += step) {
+    const int64_t e = (rows - 1 - i) * sh.row_len + col0;
+    apply_row(load_pack_once<T, VEC, LAST>(dy, e), load_pack_once<T, VEC, LAST>(x, e), e);
   }
+  if (!STAGED) return;
+  if (i < rows) async_copies_wait<0>();
+#pragma unroll 1
+  for (int q = 0; i < rows; i += step, ++q)
+    apply_row(*staged_slot<T, VEC>(st, 0, q), *staged_slot<T, VEC>(st, 1, q), (rows - 1 - i) * sh.row_len + col0);
 }
 
 // ---------------------------------------------------------------------------
@@ -1751,9 +1814,27 @@ int rows_spread_override() {
   return value;
 }
 
+// Rows per tensor that training pass 2 stages while it waits for finalize
+// (Staging), `tensors` 16-byte packs per thread and row: the tuning table's
+// shared memory per block (pass2_stage_kib), or XVK_BATCH_NORM_STAGE=0 (never)
+// or =1 (the table's size, or kDefaultStageKib where it has none), so the
+// benchmark and the tests can run both. 16-byte vectors, where copies run in
+// the background (kAsyncCopy and the device's async_copies); 0: none.
+constexpr int kDefaultStageKib = 32;
+template <class T, int VEC>
+int staged_rows(Context &ctx, const Plan &p, int tensors) {
+  if (!kAsyncCopy || VEC * sizeof(T) != 16 || !ctx.info->async_copies) return 0;
+  static const int override = env_switch("XVK_BATCH_NORM_STAGE");
+  int kib = batch_norm_stage_kib(ctx.info->table->batch_norm, p.channels_last, int(sizeof(T)));
+  if (override == 0) kib = 0;
+  if (override == 1 && kib == 0) kib = kDefaultStageKib;
+  return kib * 1024 / (kThreads * 16 * tensors);
+}
+
 template <class Kernel>
-RowsGrid rows_grid(Context &ctx, Kernel kernel, const Plan &p, int vec, int element_bytes) {
+RowsGrid rows_grid(Context &ctx, Kernel kernel, const Plan &p, int vec, int element_bytes, size_t smem = 0) {
   const Shape &sh = p.sh;
+  if (smem > 0) (void)ctx.blocks_per_sm(kernel, kThreads, smem);  // allows the kernel more than 48 KiB if asked
   const int64_t col_vectors = sh.row_len / vec;
   // Up to the whole block across a row, so a block reads one contiguous run
   // of up to 4 KB per row (channels-first rows are long: 32 lanes, 8 rows of
@@ -1776,13 +1857,20 @@ RowsGrid rows_grid(Context &ctx, Kernel kernel, const Plan &p, int vec, int elem
   if (per_thread > 0) {
     wanted = (sh.rows + rows_step * per_thread - 1) / (rows_step * per_thread);
   } else {
-    const int resident = ctx.blocks_per_sm(kernel, kThreads, 0);
+    const int resident = ctx.blocks_per_sm(kernel, kThreads, smem);
     const int64_t wave = int64_t(ctx.info->sm_count) * resident;
     wanted = tiles <= wave ? one_wave(ctx, resident, tiles) : (8 * wave + tiles - 1) / tiles;
   }
   const int64_t row_blocks = std::max<int64_t>(
       1, std::min<int64_t>({(sh.rows + rows_step - 1) / rows_step, wanted, 65535}));
   return {dim3(unsigned(tiles), unsigned(row_blocks)), tile};
+}
+
+// The rows a pass-2 grid stages: the last `stage` of every thread's (a
+// thread steps kThreads / tile rows times the grid's row blocks).
+Staging staging(const Plan &p, const RowsGrid &g, int stage) {
+  const int64_t step = int64_t(g.grid.y) * (kThreads / g.tile);
+  return {stage > 0 ? std::max<int64_t>(0, p.sh.rows - stage * step) : p.sh.rows, stage};
 }
 
 template <class Kernel>
@@ -1928,6 +2016,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     constexpr bool kHalfWidth = VEC > 1 && VEC < kMaxVec<T>;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
+        const int stage = coef && !kHalfWidth ? staged_rows<T, VEC>(ctx, p, a.z ? 2 : 1) : 0;
         auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
           constexpr bool L = decltype(last)::value == 1;
           if constexpr (kHalfWidth) {
@@ -1935,14 +2024,18 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
           } else {
             return rows_kernel_for<VEC>(p, [&](auto sets) {
               constexpr int S = decltype(sets)::value;
+              if constexpr (kAsyncCopy)
+                if (stage > 0) return forward_apply_rows<T, VEC, S, L, false, true>;
               return pairs ? forward_apply_rows<T, VEC, S, L, kInferencePairs<T>> : forward_apply_rows<T, VEC, S, L>;
             });
           }
         });
-        const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
-        return launch_kernel(ctx, "batch_norm forward (rows)", kernel, g.grid, dim3(kThreads), 0, p.sh,
+        const size_t smem = size_t(stage) * kThreads * 16 * (a.z ? 2 : 1);
+        const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)), smem);
+        const Staging st = staging(p, g, stage);
+        return launch_kernel(ctx, "batch_norm forward (rows)", kernel, g.grid, dim3(kThreads), smem, p.sh,
                              static_cast<const T *>(a.x), static_cast<const T *>(a.z), static_cast<T *>(a.y),
-                             a.mask, table, a.relu, g.tile);
+                             a.mask, table, a.relu, g.tile, st);
       }
     }
     if constexpr (kHalfWidth) {
@@ -1989,16 +2082,23 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
     constexpr int VEC = decltype(vec_tag)::value;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0) {
+        const int stage = staged_rows<T, VEC>(ctx, p, 2);
         auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
           return rows_kernel_for<VEC>(p, [&](auto sets) {
-            return backward_apply_rows<T, VEC, decltype(sets)::value, decltype(last)::value == 1>;
+            constexpr int S = decltype(sets)::value;
+            constexpr bool L = decltype(last)::value == 1;
+            if constexpr (kAsyncCopy)
+              if (stage > 0) return backward_apply_rows<T, VEC, S, L, true>;
+            return backward_apply_rows<T, VEC, S, L>;
           });
         });
-        const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)));
-        return launch_kernel(ctx, "batch_norm backward (rows)", kernel, g.grid, dim3(kThreads), 0, p.sh,
+        const size_t smem = size_t(stage) * kThreads * 16 * 2;
+        const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)), smem);
+        const Staging st = staging(p, g, stage);
+        return launch_kernel(ctx, "batch_norm backward (rows)", kernel, g.grid, dim3(kThreads), smem, p.sh,
                              static_cast<const T *>(a.dy), static_cast<const T *>(a.x),
                              static_cast<const T *>(a.y), a.mask, static_cast<T *>(a.dx),
-                             static_cast<T *>(a.dz), static_cast<const Coef *>(coef), a.relu, g.tile);
+                             static_cast<T *>(a.dz), static_cast<const Coef *>(coef), a.relu, g.tile, st);
       }
     }
     auto kernel = vectors_in_one_channel(p, VEC) ? backward_apply<T, VEC, true> : backward_apply<T, VEC, false>;

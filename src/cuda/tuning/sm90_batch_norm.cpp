@@ -90,6 +90,20 @@ extern const BatchNormTuning kBatchNormSm90;
 // the time in geometric mean, 7 x 7 and 14 x 14 16-bit (49 MiB) 1.000x and
 // 1.006x, 28 x 28 and 56 x 56 1.010x and 1.014x. So up to 32 MiB, both
 // memory orders and widths; no size between 25 and 49 MiB was measured.
+//
+// Pass 2 staging rows while finalize runs (pass2_stage_kib): H200,
+// 2026-12-03 (session 46; bench/results/h200-2026-12-03-session46-trials.txt),
+// 0, 16, 32 and 48 KiB in one library, three rounds alternated, best of
+// three, the four training ops on 7 x 7, 14 x 14, 28 x 28 and (16, 32, 112,
+// 112); 32 KiB against none:
+//   channels-last 16-bit: 0.986x in geometric mean; 7 x 7 0.965-0.982,
+//     14 x 14 0.981-0.994, 28 x 28 0.984-0.996 (16 KiB 0.990x, 48 KiB
+//     0.989x: the bn+relu backward 1.00-1.01 there)
+//   channels-last fp32: 0.993-1.027, nothing gained
+//   channels-first 16-bit: 1.008x (0.940-1.086): the staged kernels with two
+//     coefficient sets take 55-56 registers against 48, a resident block less
+//     (bn+relu backward 1.04-1.09x, 7 x 7 forwards 1.03-1.05x)
+// So 32 KiB channels-last 16-bit, none elsewhere.
 constexpr int64_t kMiB = int64_t(1) << 20;
 constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
@@ -99,9 +113,11 @@ const BatchNormTuning kBatchNormSm90 = {
     {{4, 4}, {0, 8}},
     {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
     {{32 * kMiB, 32 * kMiB}, {32 * kMiB, 32 * kMiB}},
+    {{0, 0}, {32, 0}},
     "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
     "channels, two passes channels-first; "
     "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "
-    "never channels-last 16-bit; H100: pass 2's last-use loads up to 32 MiB"};
+    "never channels-last 16-bit; H100: pass 2's last-use loads up to 32 MiB; H200: training pass 2 stages rows in "
+    "32 KiB channels-last 16-bit"};
 
 }  // namespace xvk::gpu

@@ -300,6 +300,10 @@ struct BatchNormTuning {
   // from L1 and L2) for activations of at most this many bytes, plain loads
   // above; [channels_last][4-byte elements], 0: never.
   int64_t last_use_max_bytes[2][2];
+  // Training pass 2 copies the rows each thread reaches last into this many
+  // KiB of shared memory per block while it waits for finalize (batch_norm.cu,
+  // Staging); [channels_last][4-byte elements], 0: never.
+  int pass2_stage_kib[2][2];
   const char *source;  // the measurement behind the numbers
 };
 
@@ -316,6 +320,10 @@ int batch_norm_rows_per_thread(const BatchNormTuning *t, bool channels_last, int
 // Whether BatchNorm's pass 2 reads with last-use loads on an activation of
 // `bytes`. NULL table: never.
 bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes);
+
+// KiB of shared memory per block in which BatchNorm's training pass 2 stages
+// rows while finalize runs, or 0. NULL table: 0.
+int batch_norm_stage_kib(const BatchNormTuning *t, bool channels_last, int element_bytes);
 
 struct TuningTable {
   const char *name;  // where and how it was produced
