@@ -216,7 +216,7 @@ excerpt() {
     "Norm backward finalize (dgamma/dbeta from the partials: a column per thread, its lanes' sums added in LDS)" lds
   excerpt batch_norm gfx90a 'void xvk::gpu::(anonymous namespace)::reduce_channels_first<xvk::gpu::(anonymous namespace)::StatsSource<__half, 8>, 8, false>(' \
     "BatchNorm statistics, channels-first (float16; Welford states merged across the wavefront, then the block)" reduce
-  excerpt batch_norm gfx90a 'void xvk::gpu::(anonymous namespace)::backward_apply_rows<__half, 8, 2, false>(' \
+  excerpt batch_norm gfx90a 'void xvk::gpu::(anonymous namespace)::backward_apply_rows<__half, 8, 2, false, false>(' \
     "BatchNorm backward, rows pass (float16; vectors that straddle two channels, two coefficient sets)" stream
   excerpt softmax gfx1030 'void xvk::gpu::(anonymous namespace)::softmax_forward_registers<false, false, float, 4, 1, 32, 1, false>(' \
     "Group registers on wave32 (the first kernel again)" reduce
