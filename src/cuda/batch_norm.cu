@@ -34,6 +34,12 @@
 // running ones (16 x 32 x 112 x 112 NHWC forward 36.7 -> 44.4 us; H200, the
 // small shapes: 0.7% more time in geometric mean). finalize, a few small
 // blocks, does let pass 2 launch once it has waited (allow_next_kernel).
+// Pass 1 letting finalize launch once each block is past its loads, and
+// finalize letting pass 2 launch before it waits (so that pass 2 starts its
+// staging while pass 1 drains), was slower too: H200, 1.006x the time over
+// the 144 training cases, channels-last 16-bit 1.013x, its (16, 32, 112,
+// 112) backwards 1.06-1.07x (bench/results/h200-2026-12-03-session46-trials.txt,
+// item 3).
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
