@@ -1827,6 +1827,8 @@ int rows_spread_override() {
 // benchmark and the tests can run both. 16-byte vectors, where copies run in
 // the background (kAsyncCopy and the device's async_copies); 0: none.
 constexpr int kDefaultStageKib = 32;
+// The dynamic shared memory of `stage` rows of `tensors` staged tensors.
+size_t staged_bytes(int stage, int tensors) { return size_t(stage) * kThreads * tensors * 16; }
 template <class T, int VEC>
 int staged_rows(Context &ctx, const Plan &p, int tensors) {
   if (!kAsyncCopy || VEC * sizeof(T) != 16 || !ctx.info->async_copies) return 0;
@@ -1834,7 +1836,7 @@ int staged_rows(Context &ctx, const Plan &p, int tensors) {
   int kib = batch_norm_stage_kib(ctx.info->table->batch_norm, p.channels_last, int(sizeof(T)));
   if (override == 0) kib = 0;
   if (override == 1 && kib == 0) kib = kDefaultStageKib;
-  return kib * 1024 / (kThreads * 16 * tensors);
+  return int(size_t(kib) * 1024 / staged_bytes(1, tensors));
 }
 
 template <class Kernel>
@@ -2022,7 +2024,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     constexpr bool kHalfWidth = VEC > 1 && VEC < kMaxVec<T>;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
-        const int stage = coef && !kHalfWidth ? staged_rows<T, VEC>(ctx, p, a.z ? 2 : 1) : 0;
+        const int tensors = a.z ? 2 : 1, stage = coef ? staged_rows<T, VEC>(ctx, p, tensors) : 0;
         auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
           constexpr bool L = decltype(last)::value == 1;
           if constexpr (kHalfWidth) {
@@ -2036,7 +2038,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
             });
           }
         });
-        const size_t smem = size_t(stage) * kThreads * 16 * (a.z ? 2 : 1);
+        const size_t smem = staged_bytes(stage, tensors);
         const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)), smem);
         const Staging st = staging(p, g, stage);
         return launch_kernel(ctx, "batch_norm forward (rows)", kernel, g.grid, dim3(kThreads), smem, p.sh,
@@ -2098,7 +2100,7 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
             return backward_apply_rows<T, VEC, S, L>;
           });
         });
-        const size_t smem = size_t(stage) * kThreads * 16 * 2;
+        const size_t smem = staged_bytes(stage, 2);
         const RowsGrid g = rows_grid(ctx, kernel, p, VEC, int(sizeof(T)), smem);
         const Staging st = staging(p, g, stage);
         return launch_kernel(ctx, "batch_norm backward (rows)", kernel, g.grid, dim3(kThreads), smem, p.sh,
