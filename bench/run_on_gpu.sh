@@ -16,7 +16,8 @@
 #   quickbnbench the same on two shapes
 #   bntest     the BatchNorm GPU suite six times: single-pass as tuned, forced on, forced off, each with pass 2's
 #              last-use loads as tuned and forced off (XVK_BATCH_NORM_LAST_USE=0); then twice more with pass 2's
-#              staging forced on and off (XVK_BATCH_NORM_STAGE=1, =0)
+#              staging forced on and off (XVK_BATCH_NORM_STAGE=1, =0), and once with the channels-first gradient
+#              sums and statistics by columns instead of by spans (XVK_BATCH_NORM_SPANS=0)
 #   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
 #   l2ahead    the wide-row forwards with the block kernels' next-row L2 request as the rule says and forced
 #              off (XVK_L2_ROW_AHEAD=0), alternated twice; times side by side
@@ -98,7 +99,9 @@ for stage in "$@"; do
         log_file="$OUT/bn-test-stage-$st.log"
         XVK_BATCH_NORM_STAGE=$st XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/test_gpu_batch_norm >"$log_file" 2>&1
         echo "XVK_BATCH_NORM_STAGE=$st exit $?"; tail -3 "$log_file"
-      done ;;
+      done
+      XVK_BATCH_NORM_SPANS=0 XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/test_gpu_batch_norm >"$OUT/bn-test-spans-0.log" 2>&1
+      echo "XVK_BATCH_NORM_SPANS=0 exit $?"; tail -3 "$OUT/bn-test-spans-0.log" ;;
     bnsanitize)
       log bnsanitize
       for tool in memcheck racecheck; do

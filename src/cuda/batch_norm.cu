@@ -16,12 +16,14 @@
 //      of c * s), a thread keeping its column vector's coefficients in
 //      registers; a flat kernel that finds each element's channel covers
 //      the rest (rows not a whole number of vectors).
-// The reduction has two shapes: reduce_channels_first runs a group of
+// The reduction has three shapes: reduce_channels_first runs a group of
 // threads (up to the block) along each channel's (n, c) planes;
 // reduce_columns runs lanes across the rows' columns and threads down the
 // rows, a state per column (channels-last, where a column is a channel, and
 // channels-first planes that are not whole vectors, where finalize merges a
-// channel's s columns; make_plan chooses). Inference only runs pass 2. A
+// channel's s columns); reduce_spans reads such channels-first planes, a
+// run of channels of one sample at a time, as contiguous whole vectors (the
+// backward's gradient sums; make_plan chooses). Inference only runs pass 2. A
 // training forward that fits in shared memory may instead run as one
 // cooperative kernel (forward_single_pass, forward_single_pass_last for
 // channels-last), which reads x once, where the tuning table says it is
@@ -747,6 +749,10 @@ struct StatsSource : Welford {
   // 16-bit keeps 32, the best of 8 to 256 there (64: 7 x 7 forwards
   // 1.08-1.10x, 14 x 14 1.00x).
   static constexpr int kLongRowTile = sizeof(T) == 2 ? 32 : 64;
+  // By columns, not spans (reduce_spans): the two channels' count, mean
+  // and m2 per batch made NCHW 7 x 7 and 14 x 14 16-bit training forwards
+  // 1.08-1.14x slower (H200, bench/results/h200-2026-12-03-session47-spans.txt).
+  static constexpr bool kSpans = false;
   struct Item {
     Pack<T, VEC> v;
   };
@@ -936,6 +942,40 @@ struct GradSource : Sums {
     }
     add(a, 0, sum_of(s0));
     add(a, 1, sum_of(s1));
+  }
+  static constexpr bool kSpans = true;  // reduce_spans where make_plan allows it
+  // Channels-first spans (reduce_spans): items u < valid in use, each with
+  // elements [0, split) of one channel (mean m[0], sums a[0]) and [split,
+  // VEC) of the next (m[1], a[1]). pa and pb = gj - pa split each gradient
+  // exactly (one of the two is 0).
+  template <int U>
+  __device__ void add_split(float (&a)[2][K], const Item (&it)[U], int valid, int split, const float (&m)[2]) const {
+    // One chain per sum: a batch is 32 elements, and this kernel is far from
+    // its issue limit; per-item sums (add_items) spilled at 3 blocks per SM.
+    float s0[2] = {0.0f, 0.0f}, s1[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float g[VEC], xf[VEC];
+      unpack(it[u].g, g);
+      unpack(it[u].x, xf);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        // Items u >= valid were not loaded: 0 * garbage may be NaN, so both
+        // factors are selected away.
+        const bool first = j < split, in = u < valid;
+        const float gj = in && ((it[u].gate >> j) & 1u) ? g[j] : 0.0f;
+        const float pa = first ? gj : 0.0f, pb = gj - pa, dx = in ? xf[j] - (first ? m[0] : m[1]) : 0.0f;
+        s0[0] += pa;
+        s0[1] += pb;
+        s1[0] = fmaf(pa, dx, s1[0]);
+        s1[1] = fmaf(pb, dx, s1[1]);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      add(a[h], 0, s0[h]);
+      add(a[h], 1, s1[h]);
+    }
   }
   template <bool kFull, int U>
   __device__ void add_rows(float (&a)[VEC][K], const Item (&it)[U], int valid, const float (&m)[VEC]) const {
@@ -1221,6 +1261,88 @@ __global__ void __launch_bounds__(kThreads, LONG_ROWS ? Src::kLongRowMinBlocks :
     for (int j = 0; j < VEC; ++j)
 #pragma unroll
       for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.row_len + col0 + j) * Op::K + k] = a[j][k];
+}
+
+// Samples a reduce_spans thread loads at a time, and its blocks per SM: 2
+// and 4 (64 registers) ran 0.87-0.90x the column reduction's time on NCHW
+// 7 x 7 and 14 x 14 16-bit backwards, where 4 at 2 blocks took 0.91-0.95x,
+// and a ring of 4 or 6 samples' vectors in shared memory by asynchronous
+// copies 0.91-0.98x (H200, h200-2026-12-03-session47-spans.txt).
+constexpr int kSpanBatch = 2, kSpanMinBlocks = 4;
+
+// Channels-first reduction by spans, for planes that are not whole vectors
+// (7 x 7, 14 x 14): block (group, part) takes `group` channels and the
+// samples part, part + parts, ...; the group's planes of one sample are one
+// contiguous span of whole vectors (make_plan: spans_group), thread t reads
+// vector t of each span, kSpanBatch samples at a time. That is a flat
+// copy's access pattern; the column reduction's order (256 or 512 bytes of
+// each of n rows of c * s) read the same two tensors 1.20x slower in
+// bench/experiments/read_patterns.cu (H200, NCHW 14 x 14 fp16). A thread's
+// vector lies in the same one or two channels in every sample, so it keeps a
+// state for each; at the end each channel merges the states of the vectors
+// that overlap it, in order, into partials[part][channel][K].
+template <class Src, int VEC>
+__global__ void __launch_bounds__(kThreads, kSpanMinBlocks)
+    reduce_spans(Shape sh, Src src, int group, float *partials) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
+  using Op = Src;
+  constexpr int U = kSpanBatch;
+  __shared__ float states[2][Op::K][kThreads];
+  const int part = int(blockIdx.y), parts = int(gridDim.y);
+  const int64_t c0 = int64_t(blockIdx.x) * group;
+  const int channels = int(min(int64_t(group), sh.c - c0));
+  const int o = int(threadIdx.x) * VEC;  // the vector's first element in the span
+  const bool active = o < channels * sh.s;
+  // The vector's channels: q (elements [0, split)) and q + 1 (the rest).
+  const int q = active ? o / int(sh.s) : 0;
+  const int split = active ? int(min(int64_t(VEC), (q + 1) * sh.s - o)) : VEC;
+  float a[2][Op::K];
+  Op::identity(a[0]);
+  Op::identity(a[1]);
+  if (active) {
+    const float m[2] = {src.context(c0 + q), split < VEC ? src.context(c0 + q + 1) : 0.0f};
+    const int64_t first = c0 * sh.s + o, sample = sh.row_len;
+    int batches = 0;
+    for (int64_t n0 = part; n0 < sh.n; n0 += int64_t(U) * parts) {
+      if (++batches % kSettleBatches == 0) {
+        Op::settle(a[0]);
+        Op::settle(a[1]);
+      }
+      typename Src::Item it[U];
+      int valid = 0;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t n = n0 + int64_t(u) * parts;
+        if (n < sh.n) {
+          it[u] = src.load(n * sample + first);
+          valid = u + 1;
+        }
+      }
+      src.add_split(a, it, valid, split, m);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int k = 0; k < Op::K; ++k) states[h][k][threadIdx.x] = a[h][k];
+  __syncthreads();
+  const int c = int(threadIdx.x);
+  if (c < channels) {
+    // Vectors v0..v1 overlap channel c; one that starts in channel c - 1
+    // holds c's sums in its second state.
+    const int begin = c * int(sh.s), v0 = begin / VEC, v1 = (begin + int(sh.s) - 1) / VEC;
+    float r[Op::K];
+    Op::identity(r);
+    for (int v = v0; v <= v1; ++v) {
+      const int h = v * VEC < begin ? 1 : 0;
+      float b[Op::K];
+#pragma unroll
+      for (int k = 0; k < Op::K; ++k) b[k] = states[h][k][v];
+      Op::merge(r, b);
+    }
+#pragma unroll
+    for (int k = 0; k < Op::K; ++k) partials[(int64_t(part) * sh.c + c0 + c) * Op::K + k] = r[k];
+  }
 }
 
 // States whose loads a finalize lane issues before it merges them: one
@@ -1643,6 +1765,7 @@ struct Plan {
   bool reduce_columns;  // pass 1 by columns of the rows (reduce_columns), else reduce_channels_first
   int reduce_vec;       // elements per access in the reduction: 16 or 8 bytes' worth, or 1
   int apply_vec;        // > 1: the widest vector in the elementwise pass
+  int spans_group;      // > 0: channels-first pass 1 by spans of this many channels, where the source has it
 };
 
 // Channels-first planes that are not whole vectors (7 x 7) are reduced by
@@ -1652,6 +1775,21 @@ struct Plan {
 // under a tenth of a column's data (n * sizeof(T) bytes of x, and as much of
 // dy). The plane limit also keeps finalize's parts * s states in an int.
 constexpr int64_t kColumnReduceMinBytes = 128, kColumnReduceMaxPlane = 4096;
+
+// Channels per block of reduce_spans: the most whose planes make a span of
+// whole vec-wide vectors (a multiple of vec / gcd(s, vec), the samples' own
+// planes starting at whole vectors too) of at most one per thread, or all
+// c where they fit; 0 where no group fits or a vector could touch three
+// channels (s < vec). XVK_BATCH_NORM_SPANS=0 turns the kernel off, so the
+// benchmark and the tests can run the column reduction on the same shapes.
+int64_t spans_group(int64_t c, int64_t s, int vec) {
+  static const int override = env_switch("XVK_BATCH_NORM_SPANS");
+  if (override == 0 || s < vec || (c * s) % vec != 0) return 0;
+  const int64_t most = int64_t(kThreads) * vec;
+  if (c * s <= most) return c;
+  const int64_t unit = vec / std::gcd(s, int64_t(vec));
+  return most / s / unit * unit;
+}
 
 // The widest of vec, vec / 2 and 1 that divides `len`.
 int widest_dividing(int64_t len, int vec) { return len % vec == 0 ? vec : len % (vec / 2) == 0 ? vec / 2 : 1; }
@@ -1673,6 +1811,7 @@ Plan make_plan(int64_t n, int64_t c, int64_t s, bool channels_last, std::initial
   p.reduce_columns = channels_last || (aligned && s % vec != 0 && s <= kColumnReduceMaxPlane &&
                                         n * int64_t(sizeof(T)) >= kColumnReduceMinBytes);
   p.reduce_vec = !aligned ? 1 : !p.reduce_columns ? vec : widest_dividing(p.sh.row_len, vec);
+  p.spans_group = !channels_last && p.reduce_columns ? int(spans_group(c, s, vec)) : 0;
   return p;
 }
 
@@ -1725,7 +1864,18 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     using Src = Source<T, VEC>;
     Src src{};
     init(src);
-    if (!p.reduce_columns) {
+    if (Src::kSpans && VEC == kMaxVec<T> && p.spans_group > 0) {
+      if constexpr (Src::kSpans && VEC == kMaxVec<T>) {
+        auto kernel = reduce_spans<Src, VEC>;
+        // One wave of blocks: two ran 1.03-1.05x slower (h200-2026-12-03-session47-spans.txt).
+        const int64_t groups = (sh.c + p.spans_group - 1) / p.spans_group;
+        parts = int(std::min<int64_t>({sh.n, one_wave(ctx, ctx.blocks_per_sm(kernel, kThreads, 0), groups), 65535}));
+        status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
+        if (status != XVK_SUCCESS) return;
+        status = launch_kernel(ctx, "batch_norm reduce (spans)", kernel, dim3(unsigned(groups), unsigned(parts)),
+                               dim3(kThreads), 0, sh, src, p.spans_group, w.partials);
+      }
+    } else if (!p.reduce_columns) {
       const bool ragged = sh.s % VEC != 0;
       auto kernel = ragged ? reduce_channels_first<Src, VEC, true> : reduce_channels_first<Src, VEC, false>;
       // Vectors per plane: ragged planes overlap at most ceil((s + VEC - 1) / VEC) aligned vectors.
@@ -1797,7 +1947,9 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     *coef_out = w.coef;
   };
   const int vec = !p.reduce_columns ? p.reduce_vec
-                  : std::min(p.reduce_vec, p.channels_last ? Source<T, 1>::kLastMaxVec : Source<T, 1>::kLongRowMaxVec);
+                  : Source<T, 1>::kSpans && p.spans_group > 0
+                      ? kMaxVec<T>
+                      : std::min(p.reduce_vec, p.channels_last ? Source<T, 1>::kLastMaxVec : Source<T, 1>::kLongRowMaxVec);
   if (vec == kMaxVec<T>)
     run(IntConst<kMaxVec<T>>{});
   else if (vec == kMaxVec<T> / 2)

@@ -908,9 +908,14 @@ TEST_CASE("batch_norm: channels-first planes of no whole vector with N >= 64 (st
   // Rows of 8, 4, 2 and 1 whole vectors' width in 16-bit (C * H * W = 392,
   // 196, 294, 65), planes of 49 and 13 elements, vectors across channels;
   // and planes of 196 (14 x 14, as ResNet's 256 x 1024 x 14 x 14: by
-  // columns in 16-bit, whole vectors by channel in float32).
-  const std::vector<Dims> shapes = {{64, 8, {7, 7}}, {65, 4, {7, 7}}, {64, 6, {7, 7}}, {96, 5, {13, 1}},
-                                    {64, 3, {14, 14}}};
+  // columns in 16-bit, whole vectors by channel in float32). The gradient
+  // sums take spans of channels (reduce_spans) where C * H * W is whole
+  // vectors: one group ({64, 8, {7, 7}}), and groups of 40 or 20 channels
+  // with a short last one (88 = 2 x 40 + 8 in 16-bit, 4 x 20 + 8 in float32;
+  // 24 = 10 + 10 + 4 at 14 x 14 in 16-bit; 60 = 40 + 20 at 5 x 5 in float32),
+  // with samples that do not divide evenly into the grid's parts.
+  const std::vector<Dims> shapes = {{64, 8, {7, 7}},   {65, 4, {7, 7}},    {64, 6, {7, 7}},  {96, 5, {13, 1}},
+                                    {64, 3, {14, 14}}, {97, 88, {7, 7}}, {64, 24, {14, 14}}, {70, 60, {5, 5}}};
   int i = 0;
   for (DType t : kAllDtypes)
     for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));
