@@ -1265,9 +1265,10 @@ __global__ void __launch_bounds__(kThreads, LONG_ROWS ? Src::kLongRowMinBlocks :
 
 // Samples a reduce_spans thread loads at a time, and its blocks per SM: 2
 // and 4 (64 registers) ran 0.87-0.90x the column reduction's time on NCHW
-// 7 x 7 and 14 x 14 16-bit backwards, where 4 at 2 blocks took 0.91-0.95x,
-// and a ring of 4 or 6 samples' vectors in shared memory by asynchronous
-// copies 0.91-0.98x (H200, h200-2026-12-03-session47-spans.txt).
+// 7 x 7 and 14 x 14 16-bit backwards; 3 at 3 blocks 0.93-0.98x, 4 at 2
+// blocks 1.02-1.09x, and a ring of 4 or 6 samples' vectors in shared memory
+// filled by asynchronous copies 0.90-0.98x (H200, bench/results/
+// h200-2026-12-03-session47-spans.txt).
 constexpr int kSpanBatch = 2, kSpanMinBlocks = 4;
 
 // Channels-first reduction by spans, for planes that are not whole vectors
@@ -1867,7 +1868,7 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     if (Src::kSpans && VEC == kMaxVec<T> && p.spans_group > 0) {
       if constexpr (Src::kSpans && VEC == kMaxVec<T>) {
         auto kernel = reduce_spans<Src, VEC>;
-        // One wave of blocks: two ran 1.03-1.05x slower (h200-2026-12-03-session47-spans.txt).
+        // One wave of blocks: two waves ran 1.01-1.05x slower (h200-2026-12-03-session47-spans.txt).
         const int64_t groups = (sh.c + p.spans_group - 1) / p.spans_group;
         parts = int(std::min<int64_t>({sh.n, one_wave(ctx, ctx.blocks_per_sm(kernel, kThreads, 0), groups), 65535}));
         status = workspace_for(ctx, sh.c, int64_t(parts) * sh.c * Src::K, w);
