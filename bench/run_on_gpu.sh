@@ -17,7 +17,7 @@
 #   bntest     the BatchNorm GPU suite six times: single-pass as tuned, forced on, forced off, each with pass 2's
 #              last-use loads as tuned and forced off (XVK_BATCH_NORM_LAST_USE=0); then twice more with pass 2's
 #              staging forced on and off (XVK_BATCH_NORM_STAGE=1, =0), and once with the channels-first gradient
-#              sums and statistics by columns instead of by spans (XVK_BATCH_NORM_SPANS=0)
+#              sums by columns instead of by spans (XVK_BATCH_NORM_SPANS=0)
 #   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
 #   l2ahead    the wide-row forwards with the block kernels' next-row L2 request as the rule says and forced
 #              off (XVK_L2_ROW_AHEAD=0), alternated twice; times side by side

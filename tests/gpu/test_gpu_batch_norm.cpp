@@ -921,6 +921,16 @@ TEST_CASE("batch_norm: channels-first planes of no whole vector with N >= 64 (st
     for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));
 }
 
+TEST_CASE("batch_norm: channels-first gradient sums by spans with many samples per block") {
+  // The shapes above give reduce_spans one sample per block (as many parts
+  // as samples); these give its blocks (a wave of them) 2 to ~40 samples: full
+  // and partial batches and, in float32, more than kSettleBatches batches.
+  const std::vector<Dims> shapes = {{64, 360, {7, 7}}, {192, 2048, {7, 7}}};
+  int i = 0;
+  for (DType t : {DType::f32, DType::f16})
+    for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));
+}
+
 TEST_CASE("batch_norm: channels-last shapes of the single-pass forward (rows of 1 to 32 whole vectors)") {
   // C = 8 .. 256: 1, 2, 4, 16, 32 vectors a row in 16-bit (2 .. 64 in
   // float32, where 256 is too many and takes two passes); rows that are not
