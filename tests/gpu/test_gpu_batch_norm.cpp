@@ -912,8 +912,9 @@ TEST_CASE("batch_norm: channels-first planes of no whole vector with N >= 64 (st
   // sums take spans of channels (reduce_spans) where C * H * W is whole
   // vectors: one group ({64, 8, {7, 7}}), and groups of 40 or 20 channels
   // with a short last one (88 = 2 x 40 + 8 in 16-bit, 4 x 20 + 8 in float32;
-  // 24 = 10 + 10 + 4 at 14 x 14 in 16-bit; 60 = 40 + 20 at 5 x 5 in float32),
-  // with samples that do not divide evenly into the grid's parts.
+  // 24 = 10 + 10 + 4 at 14 x 14 in 16-bit; 60 = 40 + 20 at 5 x 5 in float32);
+  // odd N leaves a sample alone in a thread's last batch where the grid has
+  // fewer parts than samples (the next test case).
   const std::vector<Dims> shapes = {{64, 8, {7, 7}},   {65, 4, {7, 7}},    {64, 6, {7, 7}},  {96, 5, {13, 1}},
                                     {64, 3, {14, 14}}, {97, 88, {7, 7}}, {64, 24, {14, 14}}, {70, 60, {5, 5}}};
   int i = 0;
