@@ -1859,13 +1859,16 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
   const Shape &sh = p.sh;
   xvk_status_t status = XVK_ERROR_INTERNAL;
   int parts = 1, per = 1;  // partial states: parts x per per channel (finalize)
+  // reduce_spans, where the plan allows it and the source has it (always
+  // with the widest vectors: `vec` below).
+  const bool by_spans = Source<T, 1>::kSpans && p.spans_group > 0;
   Workspace w{};
   auto run = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
     using Src = Source<T, VEC>;
     Src src{};
     init(src);
-    if (Src::kSpans && VEC == kMaxVec<T> && p.spans_group > 0) {
+    if (by_spans) {
       if constexpr (Src::kSpans && VEC == kMaxVec<T>) {
         auto kernel = reduce_spans<Src, VEC>;
         // One wave of blocks: two waves ran 1.01-1.05x slower (h200-2026-12-03-session47-spans.txt).
@@ -1948,9 +1951,9 @@ xvk_status_t reduce(Context &ctx, const Plan &p, SourceInit init, MakeFinish mak
     *coef_out = w.coef;
   };
   const int vec = !p.reduce_columns ? p.reduce_vec
-                  : Source<T, 1>::kSpans && p.spans_group > 0
-                      ? kMaxVec<T>
-                      : std::min(p.reduce_vec, p.channels_last ? Source<T, 1>::kLastMaxVec : Source<T, 1>::kLongRowMaxVec);
+                  : by_spans        ? kMaxVec<T>
+                                    : std::min(p.reduce_vec, p.channels_last ? Source<T, 1>::kLastMaxVec
+                                                                             : Source<T, 1>::kLongRowMaxVec);
   if (vec == kMaxVec<T>)
     run(IntConst<kMaxVec<T>>{});
   else if (vec == kMaxVec<T> / 2)
