@@ -7,7 +7,8 @@
 // them (no arithmetic but an XOR, one word out per thread), in the orders of:
 //   flat       grid-stride 16-byte loads over each tensor, 8 in flight: the floor
 //   nhwc       the channels-last reduction's order on the same bytes (rows of c,
-//              a warp of 16-byte vectors across a row, 8 rows a block, 3 at a time)
+//              `tile` lanes of 16-byte vectors across a row, U rows at a time),
+//              at 2, 4 or 8 blocks per SM
 //   columns    the channels-first reduction's order (batch_norm.cu reduce_columns
 //              LONG_ROWS): 64 lanes of 8-byte vectors across a row, 4 rows a
 //              block, 2 at a time, two parts of the rows
@@ -129,14 +130,25 @@ int main(int argc, char **argv) {
       std::printf("  %-34s %8.2f us  %6.0f GB/s  x copy %.3f\n", name, us, 2 * bytes / us / 1e3, us / ceil.best());
     };
     report("flat (8 blocks/SM)", time_us([&] { flat<<<sms * 8, 256, 0, g_stream>>>(a16, b16, bytes / 16, words); }));
-    {  // channels-last order: rows of c, a warp of 16-byte vectors across
+    // Channels-last order: rows of c, `tile` lanes of 16-byte vectors across
+    // (the gradient sums' kernel until session 48: a warp, 3 rows at a time,
+    // 2 blocks per SM), at other widths, batches and blocks per SM: is it the
+    // order or the warps resident? (H200: the warps; 4 blocks per SM read as
+    // fast as the flat read.)
+    struct Nhwc {
+      int tile, u, per_sm;
+    };
+    for (Nhwc v : {Nhwc{32, 3, 2}, Nhwc{32, 3, 4}, Nhwc{32, 3, 8}, Nhwc{32, 6, 2}, Nhwc{32, 6, 4}, Nhwc{64, 3, 4},
+                   Nhwc{256, 3, 2}, Nhwc{256, 3, 4}, Nhwc{256, 6, 2}}) {
       const int64_t row_len = sh.c * 2 / 16, rows = sh.n * sh.s;
-      const int tile = 32, tiles = int((row_len + tile - 1) / tile);
-      const int parts = std::max(1, 2 * sms / tiles);
+      const int tile = int(std::min<int64_t>(v.tile, row_len)), tiles = int((row_len + tile - 1) / tile);
+      const int parts = std::max(1, v.per_sm * sms / tiles);
       char name[64];
-      std::snprintf(name, sizeof name, "nhwc order (%d x %d blocks)", tiles, parts);
+      std::snprintf(name, sizeof name, "nhwc %d lanes U=%d (%d x %d blocks)", tile, v.u, tiles, parts);
       report(name, time_us([&] {
-               by_columns<uint4, 3><<<dim3(tiles, parts), 256, 0, g_stream>>>(a16, b16, rows, row_len, tile, words);
+               const dim3 grid(tiles, parts);
+               if (v.u == 3) by_columns<uint4, 3><<<grid, 256, 0, g_stream>>>(a16, b16, rows, row_len, tile, words);
+               else by_columns<uint4, 6><<<grid, 256, 0, g_stream>>>(a16, b16, rows, row_len, tile, words);
              }));
     }
     for (int parts : {1, 2, 4}) {  // channels-first rows by columns, as reduce_columns LONG_ROWS
