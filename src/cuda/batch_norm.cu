@@ -881,13 +881,20 @@ struct GradSource : Sums {
   // ~100 KB in flight per SM).
   static constexpr int kBatch = VEC == 1 ? 8 : sizeof(T) == 2 ? 2 : 3;
   // Channels-last rows are added one channel at a time (add_rows unpacks a
-  // channel's U values, not the whole batch), so 16-bit rows go three at a
-  // time (two left 64 bytes in flight per thread at 2 blocks per SM; four
-  // spilled bf16 under 128 registers).
+  // channel's U values, not the whole batch), three rows at a time.
   static constexpr int kRowBatch = VEC > 1 && sizeof(T) == 2 ? 3 : kBatch;
-  // Blocks per SM of the reductions: channels-last 16-bit spilled with 3.
-  static constexpr int kFirstMinBlocks = 4, kLastMinBlocks = sizeof(T) == 2 ? 2 : 3;
-  static constexpr int kLastMaxVec = kMaxVec<T>;  // channels-last rows by columns: 16-byte vectors
+  // Channels-last 16-bit rows by columns: 8-byte vectors (4 channels' sums a
+  // thread) at 4 blocks per SM (64 registers; bf16 spills 8 bytes), not
+  // 16-byte ones at 2 (106 registers; their sums spilled at 3). Two fp16
+  // tensors read in this kernel's order took 1.22x a flat read's time with 2
+  // blocks per SM and as long as it with 4 (bench/experiments/
+  // read_patterns.cu). H200, same-run A/B (bench/results/
+  // h200-2026-12-03-session48-trials.txt): NHWC 16-bit backwards
+  // 0.957-0.991x the time (7 x 7 0.96-0.98x, 14 x 14 0.97-0.98x); 6 rows at
+  // 3 blocks 1.00-1.04x. (8-byte vectors at 2 blocks per SM had run up to
+  // 7% slower: h200-2026-11-25-batch-norm-narrow-vectors.txt.)
+  static constexpr int kFirstMinBlocks = 4, kLastMinBlocks = sizeof(T) == 2 ? 4 : 3;
+  static constexpr int kLastMaxVec = kNarrowVec<T>;
   // Channels-first rows by columns (n rows of c * s, few and long: NCHW 7 x
   // 7): 16-bit vectors of half the width, whose sums fit 3 blocks per SM
   // unspilled (74 registers). H200, same-run A/B: NCHW 7 x 7 16-bit
