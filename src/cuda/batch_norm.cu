@@ -886,8 +886,8 @@ struct GradSource : Sums {
   // Channels-last 16-bit rows by columns: 8-byte vectors (4 channels' sums a
   // thread) at 4 blocks per SM (64 registers; bf16 spills 8 bytes), not
   // 16-byte ones at 2 (106 registers; their sums spilled at 3). Two fp16
-  // tensors read in this kernel's order took 1.22x a flat read's time with 2
-  // blocks per SM and as long as it with 4 (bench/experiments/
+  // tensors read in this kernel's order took 1.20-1.22x a flat read's time
+  // with 2 blocks per SM and 1.00-1.03x with 4 (bench/experiments/
   // read_patterns.cu). H200, same-run A/B (bench/results/
   // h200-2026-12-03-session48-trials.txt): NHWC 16-bit backwards
   // 0.957-0.991x the time (7 x 7 0.96-0.98x, 14 x 14 0.97-0.98x); 6 rows at
