@@ -891,8 +891,9 @@ struct GradSource : Sums {
   // read_patterns.cu). H200, same-run A/B (bench/results/
   // h200-2026-12-03-session48-trials.txt): NHWC 16-bit backwards
   // 0.957-0.991x the time (7 x 7 0.96-0.98x, 14 x 14 0.97-0.98x); 6 rows at
-  // 3 blocks 1.00-1.04x. (8-byte vectors at 2 blocks per SM had run up to
-  // 7% slower: h200-2026-11-25-batch-norm-narrow-vectors.txt.)
+  // 3 blocks 1.00-1.04x. (An earlier trial of 8-byte vectors, its block
+  // count not recorded, ran up to 7% slower: h200-2026-11-25-batch-norm-
+  // narrow-vectors.txt.)
   static constexpr int kFirstMinBlocks = 4, kLastMinBlocks = sizeof(T) == 2 ? 4 : 3;
   static constexpr int kLastMaxVec = kNarrowVec<T>;
   // Channels-first rows by columns (n rows of c * s, few and long: NCHW 7 x
