@@ -881,7 +881,9 @@ struct GradSource : Sums {
   // ~100 KB in flight per SM).
   static constexpr int kBatch = VEC == 1 ? 8 : sizeof(T) == 2 ? 2 : 3;
   // Channels-last rows are added one channel at a time (add_rows unpacks a
-  // channel's U values, not the whole batch), three rows at a time.
+  // channel's U values, not the whole batch), three rows at a time (in
+  // 16-bit 8-byte vectors at 4 blocks per SM, below, four rows spilled bf16
+  // 160 bytes; six at 3 blocks ran slower).
   static constexpr int kRowBatch = VEC > 1 && sizeof(T) == 2 ? 3 : kBatch;
   // Channels-last 16-bit rows by columns: 8-byte vectors (4 channels' sums a
   // thread) at 4 blocks per SM (64 registers; bf16 spills 8 bytes), not
