@@ -17,7 +17,8 @@
 #   bntest     the BatchNorm GPU suite six times: single-pass as tuned, forced on, forced off, each with pass 2's
 #              last-use loads as tuned and forced off (XVK_BATCH_NORM_LAST_USE=0); then twice more with pass 2's
 #              staging forced on and off (XVK_BATCH_NORM_STAGE=1, =0), and once with the channels-first gradient
-#              sums by columns instead of by spans (XVK_BATCH_NORM_SPANS=0)
+#              sums by columns instead of by spans (XVK_BATCH_NORM_SPANS=0), and twice with the held single pass
+#              forced, holding nothing and 16 KiB a block (XVK_BATCH_NORM_HELD_KIB=0, =16)
 #   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
 #   l2ahead    the wide-row forwards with the block kernels' next-row L2 request as the rule says and forced
 #              off (XVK_L2_ROW_AHEAD=0), alternated twice; times side by side
@@ -101,7 +102,15 @@ for stage in "$@"; do
         echo "XVK_BATCH_NORM_STAGE=$st exit $?"; tail -3 "$log_file"
       done
       XVK_BATCH_NORM_SPANS=0 XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/test_gpu_batch_norm >"$OUT/bn-test-spans-0.log" 2>&1
-      echo "XVK_BATCH_NORM_SPANS=0 exit $?"; tail -3 "$OUT/bn-test-spans-0.log" ;;
+      echo "XVK_BATCH_NORM_SPANS=0 exit $?"; tail -3 "$OUT/bn-test-spans-0.log"
+      # The held single pass on every channels-last case it takes, re-reading all of its rows (0 KiB
+      # held) and all but the first 16 KiB a block.
+      for kib in 0 16; do
+        log_file="$OUT/bn-test-held-$kib.log"
+        XVK_BATCH_NORM_SINGLE_PASS=1 XVK_BATCH_NORM_HELD_KIB=$kib XVK_BACKEND_PATH=$PWD/$BUILD/lib \
+          $BUILD/bin/test_gpu_batch_norm >"$log_file" 2>&1
+        echo "XVK_BATCH_NORM_SINGLE_PASS=1 XVK_BATCH_NORM_HELD_KIB=$kib exit $?"; tail -3 "$log_file"
+      done ;;
     bnsanitize)
       log bnsanitize
       for tool in memcheck racecheck; do

@@ -27,7 +27,9 @@
 // training forward that fits in shared memory may instead run as one
 // cooperative kernel (forward_single_pass, forward_single_pass_last for
 // channels-last), which reads x once, where the tuning table says it is
-// faster (tuning/sm90_batch_norm.cpp has the measurements). Like every
+// faster (tuning/sm90_batch_norm.cpp has the measurements); channels-last,
+// forward_single_pass_held also takes wide rows and tensors larger than the
+// tiles, keeping what they hold and reading the rest twice. Like every
 // kernel, finalize and pass 2 start by launch_kernel (programmatic dependent
 // launch on sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
@@ -44,6 +46,7 @@
 // item 3).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 
 #include "cuda/launch.cuh"
@@ -1759,6 +1762,170 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   }
 }
 
+// Channels-last rows that forward_single_pass_last does not take (more than
+// a warp's worth of vectors a row, or more rows than the tiles hold): packs
+// = c / VEC a power of two up to the block. Block b owns a run of whole rows
+// that starts on a mask word, as there, but holds only the first `held`
+// vectors of it (a multiple of the block, what its shared memory takes) and
+// reads the rest for the statistics only, then again to normalize it. The
+// rest is what the block read last, so L2 still holds much of it, and the
+// block normalizes it first, before its own stores of y push it out: x
+// leaves DRAM about once where the tiles and L2 together hold it, where the
+// two passes read it twice less what L2 kept between them.
+// Thread t takes vector t % packs of each row (VEC fixed channels, one
+// RowWelford); the block's row lanes t / packs merge by a tree in shared
+// memory (a fixed order: every run gives the same bits), then the grid
+// merges each channel as forward_single_pass_last does. Shared memory: the
+// tile (`held_capacity` vectors), then the tree's half of the lanes' states,
+// the room the block's coefficients take after it.
+template <class T, int VEC>
+__global__ void __launch_bounds__(kSinglePassThreads)
+    forward_single_pass_held(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu,
+                             StatsFinish<T> stats, float *block_stats, unsigned *counter, int row_align,
+                             Coef *channel_coef, int held_capacity) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
+  constexpr int K = Welford::K, F = 2 * VEC + 1;  // a RowWelford's floats: n, then VEC means and VEC m2s
+  extern __shared__ uint4 held_smem[];            // 16-byte aligned
+  const int c = int(sh.c), packs = c / VEC, lanes = int(blockDim.x) / packs;
+  const int64_t units = (sh.rows + row_align - 1) / row_align;
+  const int64_t r0 = min(sh.rows, units * blockIdx.x / gridDim.x * row_align);
+  const int64_t r1 = min(sh.rows, units * (blockIdx.x + 1) / gridDim.x * row_align);
+  const int count = int((r1 - r0) * packs), held = min(count, held_capacity);
+  Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(held_smem);
+  float *tree = reinterpret_cast<float *>(tile + held_capacity);  // [slot][F][packs]
+  const Pack<T, VEC> *src = reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c);
+  const int pk = int(threadIdx.x) % packs, rl = int(threadIdx.x) / packs;
+  const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
+  {
+    float shift[VEC];  // channel_shift of the thread's channels: row 0
+    unpack(load_pack<T, VEC>(x, int64_t(pk) * VEC), shift);
+    RowWelford<VEC> st;
+    auto add = [&](const Pack<T, VEC> &pack) {
+      float d[VEC];
+      unpack(pack, d);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) d[j] -= shift[j];
+      st.add(d);
+    };
+    load_tile(src, tile, held, add);
+    // The rest, for the statistics only: U loads in flight, as load_tile.
+    constexpr int U = 4;
+    for (int v0 = held + int(threadIdx.x); v0 < count; v0 += U * int(blockDim.x)) {
+      Pack<T, VEC> p[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (v0 + u * int(blockDim.x) < count) p[u] = load_global(src + v0 + u * int(blockDim.x));
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (v0 + u * int(blockDim.x) < count) add(p[u]);
+    }
+    // Row lanes [h, 2h) hand their states to lanes [0, h), h = lanes / 2 .. 1.
+    for (int h = lanes / 2; h > 0; h /= 2) {
+      if (rl >= h && rl < 2 * h) {
+        float *q = tree + (rl - h) * F * packs + pk;
+        q[0] = st.n;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          q[(1 + j) * packs] = st.mean[j];
+          q[(1 + VEC + j) * packs] = st.m2[j];
+        }
+      }
+      __syncthreads();
+      if (rl < h) {
+        const float *q = tree + rl * F * packs + pk;
+        RowWelford<VEC> b;
+        b.n = q[0];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          b.mean[j] = q[(1 + j) * packs];
+          b.m2[j] = q[(1 + VEC + j) * packs];
+        }
+        st.merge(b);
+      }
+      __syncthreads();
+    }
+    if (rl == 0)
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float *q = block_stats + (int64_t(pk * VEC + j) * gridDim.x + blockIdx.x) * K;
+        q[0] = st.n;
+        q[1] = st.mean[j];
+        q[2] = st.m2[j];
+      }
+  }
+  // As forward_single_pass_last: each channel merged once in the grid, a
+  // second barrier, then every thread loads its channels' coefficients.
+  const int first_ch = int(blockIdx.x) * warps + warp;
+  typename StatsFinish<T>::Inputs first_in{};
+  if (lane == 0 && first_ch < c) first_in = stats.load(first_ch);
+  grid_barrier(counter);
+  for (int ch = first_ch; ch < c; ch += int(gridDim.x) * warps) {
+    float a[K];
+    merge_published_states(block_stats, gridDim.x, ch * int64_t(gridDim.x), 1, a);
+    if (lane == 0) channel_coef[ch] = stats.finish(ch, a, true, ch == first_ch ? first_in : stats.load(ch));
+  }
+  grid_barrier(counter + 2);
+  // The coefficients, once a block, into the tree's room (padded as in
+  // forward_single_pass_last, so the lanes' runs of VEC channels fall in
+  // different banks); then the thread's VEC channels into registers. Each
+  // thread loading its own channels from L2 instead (a warp's loads touching
+  // 32 lines, every block the same 32 KiB) cost tens of microseconds.
+  {
+    const int padded = c + c / VEC;
+    float *center = tree, *scale = tree + padded, *offset = tree + 2 * padded;
+    for (int ch = int(threadIdx.x); ch < c; ch += int(blockDim.x)) {
+      const float *q = reinterpret_cast<const float *>(channel_coef + ch);
+      const int at = ch + ch / VEC;
+      center[at] = load_volatile_global(q);
+      scale[at] = load_volatile_global(q + 1);
+      offset[at] = load_volatile_global(q + 2);
+    }
+    __syncthreads();
+  }
+  Coef k[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const int at = pk * (VEC + 1) + j, padded = c + c / VEC;
+    k[j] = Coef{tree[at], tree[padded + at], tree[2 * padded + at], 0.0f};
+  }
+  // Normalize the rest first (from L2, mostly), then the tile: warp-uniform
+  // walks, so a mask word's lanes are present together for the OR, with U
+  // vectors' loads (x of the rest, z) issued before any is used, as in
+  // phase 1: one block an SM keeps too few loads in flight otherwise.
+  constexpr int U = 2;
+  const int64_t e0 = r0 * c;
+  const Pack<T, VEC> *zsrc = z ? reinterpret_cast<const Pack<T, VEC> *>(z + e0) : nullptr;
+  auto normalize = [&](int from, int to, auto x_of) {
+    for (int v0 = from + int(threadIdx.x) - lane; v0 < to; v0 += U * int(blockDim.x)) {
+      Pack<T, VEC> xs[U], zs[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int v = v0 + u * int(blockDim.x) + lane;
+        if (v < to) {
+          xs[u] = x_of(v);
+          if (z) zs[u] = load_global(zsrc + v);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int v = v0 + u * int(blockDim.x) + lane;
+        const int64_t e = e0 + int64_t(v) * VEC;
+        uint32_t bits = 0;
+        if (v < to) {
+          float xf[VEC], zf[VEC], out[VEC];
+          unpack(xs[u], xf);
+          if (z) unpack(zs[u], zf);
+          bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int j) { return k[j]; }, out);
+          store_vec<T, VEC>(y + e, out);
+        }
+        if (mask) store_mask_word<VEC>(mask, e, bits, lane % (kWordBits / VEC), v < to);
+      }
+    }
+  };
+  normalize(held, count, [&](int v) { return load_global(src + v); });
+  normalize(0, held, [&](int v) { return tile[v]; });
+}
+
 // ---------------------------------------------------------------------------
 // Host side.
 // ---------------------------------------------------------------------------
@@ -2076,25 +2243,41 @@ int single_pass_override() {
   return value;
 }
 
+// XVK_BATCH_NORM_HELD_KIB=K: channels-last, the single pass takes
+// forward_single_pass_held with a tile of at most K KiB a block (0: it
+// holds nothing and reads x twice), so the tests reach its re-read rows on
+// small tensors. Unset: -1.
+int held_tile_kib() {
+  static const int value = [] {
+    const char *v = std::getenv("XVK_BATCH_NORM_HELD_KIB");
+    return v && *v ? std::atoi(v) : -1;
+  }();
+  return value;
+}
+
 // The training forward as one cooperative kernel, when the table asks for it
 // and it can run: 16-byte aligned; channels-first with planes of whole mask
 // words, or channels-last with rows of a power-of-two number of vectors up
 // to the narrowest warp (forward_single_pass_last); one block per SM whose
-// largest run of planes or rows fits in its shared memory. Returns false
-// (and launches nothing) otherwise.
+// largest run of planes or rows fits in its shared memory. Channels-last
+// rows of up to a block's vectors that the tile kernel does not take run
+// forward_single_pass_held where the table (or the override) says. Returns
+// false (and launches nothing) otherwise.
 template <class T>
 bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan &p, const StatsFinish<T> &stats,
                  xvk_status_t &status) {
   const int override = single_pass_override();
-  const bool wanted = batch_norm_single_pass_wanted(ctx.info->table->batch_norm, p.channels_last, int(sizeof(T)),
-                                                    p.sh.numel * int64_t(sizeof(T)), p.sh.c);
-  if (override == 0 || (override != 1 && !wanted)) return false;
+  const BatchNormTuning *table = ctx.info->table->batch_norm;
+  const int64_t bytes = p.sh.numel * int64_t(sizeof(T));
+  const bool tile_wanted = batch_norm_single_pass_wanted(table, p.channels_last, int(sizeof(T)), bytes, p.sh.c);
+  const bool held_wanted = p.channels_last && batch_norm_held_pass_wanted(table, int(sizeof(T)), bytes);
+  if (override == 0 || (override != 1 && !tile_wanted && !held_wanted)) return false;
   if (p.apply_vec == 1 || !ctx.info->cooperative_launch) return false;
   constexpr int VEC = kMaxVec<T>;
   const Shape &sh = p.sh;
   const int blocks = ctx.info->sm_count;
   int64_t smem = 0, states = 0;  // dynamic shared memory; partial Welford states in the workspace
-  int row_align = 1;
+  int row_align = 1, held_capacity = 0;
   void *kernel = nullptr;
   if (!p.channels_last) {
     if (sh.s % kWordBits != 0) return false;
@@ -2105,7 +2288,7 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
     kernel = reinterpret_cast<void *>(forward_single_pass<T, VEC>);
   } else {
     const int64_t packs = sh.c / VEC;
-    if (sh.c % VEC != 0 || packs > kMinWarpSize || (packs & (packs - 1)) != 0) return false;
+    if (sh.c % VEC != 0 || packs > kSinglePassThreads || (packs & (packs - 1)) != 0) return false;
     row_align = kWordBits / int(std::gcd(sh.c, int64_t(kWordBits)));  // rows of whole mask words
     const int64_t units = (sh.rows + row_align - 1) / row_align;
     const int64_t max_rows = (units + blocks - 1) / blocks * row_align;
@@ -2113,6 +2296,21 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
            kSinglePassMaxWarps * (2 * (sh.c + 1) + packs) * int64_t(sizeof(float));
     states = int64_t(blocks) * sh.c;
     kernel = reinterpret_cast<void *>(forward_single_pass_last<T, VEC>);
+    const int held_kib = held_tile_kib();
+    const bool tile = packs <= kMinWarpSize && smem + kSharedReserve <= ctx.info->max_smem_per_block &&
+                      held_kib < 0 && (override == 1 || tile_wanted);
+    if (!tile) {
+      if (override != 1 && !held_wanted) return false;
+      // forward_single_pass_held: as many whole blocks of vectors as fit
+      // beside the tree (half the row lanes' states, then the coefficients).
+      const int64_t lanes = kSinglePassThreads / packs, block_bytes = kSinglePassThreads * int64_t(sizeof(Pack<T, VEC>));
+      const int64_t tree = std::max(lanes / 2 * packs * (2 * VEC + 1), 3 * (sh.c + packs)) * int64_t(sizeof(float));
+      int64_t room = ctx.info->max_smem_per_block - kSharedReserve - tree;
+      if (held_kib >= 0) room = std::min(room, int64_t(held_kib) * 1024);
+      held_capacity = int(std::max<int64_t>(0, room / block_bytes) * kSinglePassThreads);
+      smem = held_capacity * int64_t(sizeof(Pack<T, VEC>)) + tree;
+      kernel = reinterpret_cast<void *>(forward_single_pass_held<T, VEC>);
+    }
   }
   // kSharedReserve covers the kernels' own shared variables; 1024 threads
   // of at most 64 registers (their launch bound) always fit an SM, so with
@@ -2139,9 +2337,11 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   StatsFinish<T> st = stats;
   Coef *channel_coef = static_cast<Coef *>(base);
   float *partial_states = reinterpret_cast<float *>(channel_coef + coef_count);
-  // The channels-first kernel's parameters are the first nine (a launch reads
-  // as many as the kernel has).
-  void *args[] = {&shape, &x, &z, &y, &mask, &relu_flag, &st, &partial_states, &counter, &row_align, &channel_coef};
+  // The channels-first kernel's parameters are the first nine, the
+  // channels-last tile kernel's the first eleven (a launch reads as many as
+  // the kernel has).
+  void *args[] = {&shape, &x,       &z,         &y,           &mask,        &relu_flag,
+                  &st,    &partial_states, &counter, &row_align, &channel_coef, &held_capacity};
   e = launch_cooperative(kernel, unsigned(blocks), kSinglePassThreads, args, size_t(smem), ctx.stream);
   status = e == kSuccess ? XVK_SUCCESS : device_error("batch_norm single-pass forward", e);
   return true;

@@ -955,6 +955,21 @@ TEST_CASE("batch_norm: channels-last shapes of the single-pass forward (rows of 
   }
 }
 
+TEST_CASE("batch_norm: channels-last shapes of the held single pass (rows of 64 to 1024 vectors)") {
+  // forward_single_pass_held: 64, 128, 256 and 1024 vectors a row in 16-bit
+  // (128 .. 1024 in float32; 8192 channels, 2048 vectors, take two passes
+  // there), and rows fewer than blocks (1 x 8192 x 3 x 3). Its re-read rows
+  // need tensors larger than the tiles, or XVK_BATCH_NORM_HELD_KIB (run by
+  // bench/run_on_gpu.sh bntest with 0 and 16); without
+  // XVK_BATCH_NORM_SINGLE_PASS=1 these are the two-pass kernels' cases.
+  const std::vector<Dims> shapes = {{4, 512, {7, 7}}, {3, 1024, {5, 3}}, {2, 2048, {7, 7}}, {1, 8192, {3, 3}},
+                                    {2, 4096, {2, 3}}};
+  int i = 0;
+  for (DType t : kAllDtypes)
+    for (Mem mem : {Mem::last, Mem::nhwc})
+      for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, mem, i++));
+}
+
 TEST_CASE("batch_norm: the (N, C) case") {
   const std::vector<Dims> shapes =
       kQuick ? std::vector<Dims>{{3, 5, {}}, {32, 2049, {}}, {4096, 3, {}}, {1, 13, {}}}

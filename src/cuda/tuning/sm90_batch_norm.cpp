@@ -104,18 +104,30 @@ extern const BatchNormTuning kBatchNormSm90;
 //     coefficient sets take 55-56 registers against 48, a resident block less
 //     (bn+relu backward 1.04-1.09x, 7 x 7 forwards 1.03-1.05x)
 // So 32 KiB channels-last 16-bit, none elsewhere.
+//
+// The held single pass (forward_single_pass_held: channels-last rows wider
+// than a warp's vectors, or tensors larger than the tiles): H200, 2026-12-03
+// (session 49; bench/results/h200-2026-12-03-session49-trials.txt), forced
+// (XVK_BATCH_NORM_SINGLE_PASS=1) against the table's choice, best of two,
+// NHWC bn+relu and bn+add+relu forwards on ten shapes: 1.11x the time in
+// geometric mean (fp16 1.115, bf16 1.110, fp32 1.105); faster only on
+// 32 x 256 x 56 x 56 16-bit bn+relu (0.90x) and 128 x 1024 x 14 x 14 bn+relu
+// 16-bit (0.99x). Its fixed cost grows with the channels (64 x 2048 x 7 x 7
+// fp16: 37 us against 25). So never, for now.
 constexpr int64_t kMiB = int64_t(1) << 20;
 constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
     {{0, 0}, {6 * kMiB, 6 * kMiB}},
     {{0, 0}, {kFits, kFits}},
     64,
+    {0, 0},
+    {0, 0},
     {{4, 4}, {0, 8}},
     {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
     {{32 * kMiB, 32 * kMiB}, {32 * kMiB, 32 * kMiB}},
     {{0, 0}, {32, 0}},
     "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
-    "channels, two passes channels-first; "
+    "channels, two passes channels-first, the held single pass never; "
     "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "
     "never channels-last 16-bit; H100: pass 2's last-use loads up to 32 MiB; H200: training pass 2 stages rows in "
     "32 KiB channels-last 16-bit"};

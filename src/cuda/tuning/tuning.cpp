@@ -323,6 +323,12 @@ bool batch_norm_single_pass_wanted(const BatchNormTuning *t, bool channels_last,
   return !channels_last || channels <= t->single_pass_last_max_channels;
 }
 
+bool batch_norm_held_pass_wanted(const BatchNormTuning *t, int element_bytes, int64_t bytes) {
+  if (!t) return false;
+  const int wide = element_bytes == 4 ? 1 : 0;
+  return bytes >= t->held_min_bytes[wide] && bytes <= t->held_max_bytes[wide];
+}
+
 int batch_norm_rows_per_thread(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes) {
   if (!t) return 0;
   const int order = channels_last ? 1 : 0, wide = element_bytes == 4 ? 1 : 0;

@@ -289,6 +289,12 @@ struct BatchNormTuning {
   int64_t single_pass_min_bytes[2][2];
   int64_t single_pass_max_bytes[2][2];
   int64_t single_pass_last_max_channels;  // channels-last: one pass only up to this many channels
+  // Channels-last activations that the tile kernel does not take (more
+  // channels, or more bytes than the tiles hold) run as the held single pass
+  // (the tiles keep what they can, the rest is read twice) from
+  // held_min_bytes to held_max_bytes; [4-byte elements]; max 0: never.
+  int64_t held_min_bytes[2];
+  int64_t held_max_bytes[2];
   // Pass 2 (the rows kernels) runs one wave of blocks, each walking its share
   // of the rows, or, for activations of at least rows_spread_min_bytes, a
   // grid of about rows_per_thread rows per thread (many waves: SMs that
@@ -312,6 +318,11 @@ struct BatchNormTuning {
 // which batch_norm.cu checks). NULL table: never.
 bool batch_norm_single_pass_wanted(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes,
                                    int64_t channels);
+
+// Whether the table asks for the held single pass (channels-last) on an
+// activation of `bytes` (batch_norm.cu checks that it can run). NULL table:
+// never.
+bool batch_norm_held_pass_wanted(const BatchNormTuning *t, int element_bytes, int64_t bytes);
 
 // Rows per thread for BatchNorm's pass 2 on an activation of `bytes`, or 0
 // for one wave of blocks. NULL table: 0.
