@@ -1441,7 +1441,8 @@ constexpr int kSinglePassThreads = 1024;
 // Copies a block's `count` contiguous vectors of x into its shared-memory
 // tile all at once (4 loads in flight per thread), so DRAM latency is paid
 // once, not once per plane or row; use(pack) sees each of the thread's
-// vectors as it arrives, in order (v = t, t + blockDim.x, ...).
+// vectors as it arrives, in order (v = t, t + blockDim.x, ...). A null tile:
+// the loads for use() alone.
 template <class T, int VEC, class Use>
 __device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> *tile, int count, Use use) {
   constexpr int U = 4;
@@ -1453,7 +1454,7 @@ __device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> 
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (v0 + u * int(blockDim.x) < count) {
-        tile[v0 + u * int(blockDim.x)] = packs[u];
+        if (tile) tile[v0 + u * int(blockDim.x)] = packs[u];
         use(packs[u]);
       }
   }
@@ -1583,6 +1584,60 @@ __global__ void __launch_bounds__(kSinglePassThreads)
 // Welford states of VEC channels that have seen the same number of values
 // (one row of VEC channels at a time), so they share the count and its
 // reciprocal. merge() is Welford::merge per channel.
+// The grid phase of the channels-last single passes, after each block has
+// published its states (block_stats[(ch * blocks + block) * K]): each
+// channel is merged once, by one warp somewhere in the grid (channel ch: warp
+// ch % warps of block ch / warps, ...; merge_published_states), which writes
+// its statistics and coefficients; a second barrier, and every block may read
+// all c coefficients. With every block merging every channel itself (blocks
+// x c states each, all from one small region of L2) forward_single_pass_last
+// took 59 us against 30 for two passes (NHWC 16x32x112x112 fp16). Finish's
+// inputs for the warp's first channel are loaded before the first barrier.
+template <class T>
+__device__ __forceinline__ void merge_channels_over_grid(int c, const float *block_stats, const StatsFinish<T> &stats,
+                                                         unsigned *counter, Coef *channel_coef) {
+  const int lane = lane_id(), warps = int(blockDim.x) / kWarpSize;
+  const int first_ch = int(blockIdx.x) * warps + warp_id();
+  typename StatsFinish<T>::Inputs first_in{};
+  if (lane == 0 && first_ch < c) first_in = stats.load(first_ch);
+  grid_barrier(counter);
+  for (int ch = first_ch; ch < c; ch += int(gridDim.x) * warps) {
+    float a[Welford::K];
+    merge_published_states(block_stats, gridDim.x, ch * int64_t(gridDim.x), 1, a);
+    if (lane == 0) channel_coef[ch] = stats.finish(ch, a, true, ch == first_ch ? first_in : stats.load(ch));
+  }
+  grid_barrier(counter + 2);  // its own counters: blocks may reach it while the first one's last leaves
+}
+
+// The c coefficients (center, a, b), once a block, from channel_coef into
+// shared memory as three float arrays of c + c / VEC (channel ch at ch + ch /
+// VEC: a thread's VEC channels start at pk * (VEC + 1), an odd stride, so the
+// lanes' first channels fall in different banks; as c Coefs of 16 bytes the
+// lanes' runs started 128 bytes apart, in the same banks: ncu counted 9.4-way
+// conflicts on the shared loads of NHWC (16, 32, 112, 112) fp16, 63% of their
+// wavefronts); then the coefficients of the thread's pack pk of VEC channels
+// into k. Each thread loading its own channels from L2 instead (a warp's
+// loads touching 32 lines, every block the same 32 KiB) cost tens of
+// microseconds (forward_single_pass_held, H200).
+template <int VEC>
+__device__ __forceinline__ void load_padded_coefficients(int c, const Coef *channel_coef, float *padded_coefs, int pk,
+                                                         Coef (&k)[VEC]) {
+  const int padded = c + c / VEC;
+  for (int ch = int(threadIdx.x); ch < c; ch += int(blockDim.x)) {
+    const float *q = reinterpret_cast<const float *>(channel_coef + ch);
+    const int at = ch + ch / VEC;
+    padded_coefs[at] = load_volatile_global(q);
+    padded_coefs[padded + at] = load_volatile_global(q + 1);
+    padded_coefs[2 * padded + at] = load_volatile_global(q + 2);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const int at = pk * (VEC + 1) + j;
+    k[j] = Coef{padded_coefs[at], padded_coefs[padded + at], padded_coefs[2 * padded + at], 0.0f};
+  }
+}
+
 template <int VEC>
 struct RowWelford {
   float n = 0.0f, mean[VEC] = {}, m2[VEC] = {};
@@ -1595,6 +1650,15 @@ struct RowWelford {
       mean[j] += d * w;
       m2[j] += d * (v[j] - mean[j]);
     }
+  }
+  // Adds a pack of VEC channels' values less their shifts.
+  template <class T>
+  __device__ __forceinline__ void add_shifted(const Pack<T, VEC> &pack, const float (&shift)[VEC]) {
+    float d[VEC];
+    unpack(pack, d);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) d[j] -= shift[j];
+    add(d);
   }
   __device__ __forceinline__ void merge(const RowWelford &b) {
     if (b.n == 0.0f) return;
@@ -1641,16 +1705,9 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   const int64_t r1 = min(sh.rows, units * (blockIdx.x + 1) / gridDim.x * row_align);
   const int max_rows = int((units + gridDim.x - 1) / gridDim.x * row_align);
   const int count = int((r1 - r0) * packs);
-  // The coefficients the normalize phase reads (center, a, b), in the room
-  // of c Coefs as three float arrays, channel ch at ch + ch / VEC: a thread's
-  // VEC channels start at pk * (VEC + 1), an odd stride, so the lanes' first
-  // channels fall in different banks. As c Coefs of 16 bytes the lanes'
-  // runs started 128 bytes apart, in the same banks: ncu counted 9.4-way
-  // conflicts on the shared loads of NHWC (16, 32, 112, 112) fp16, 63% of
-  // their wavefronts.
-  const int padded = c + c / VEC;
-  float *const coef_center = reinterpret_cast<float *>(smem_coef), *const coef_a = coef_center + padded,
-              *const coef_b = coef_a + padded;
+  // The coefficients the normalize phase reads (load_padded_coefficients:
+  // three padded float arrays), in the room of c Coefs.
+  float *const padded_coefs = reinterpret_cast<float *>(smem_coef);
   Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(smem_coef + c);
   // [warp][c + 1]: a row of c + 1 floats (odd, as c is a multiple of VEC)
   // puts the warps' states of one channel in different banks.
@@ -1667,13 +1724,8 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     float shift[VEC];  // channel_shift of the thread's channels: row 0
     unpack(load_pack<T, VEC>(x, int64_t(pk) * VEC), shift);
     RowWelford<VEC> st;
-    load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c), tile, count, [&](const Pack<T, VEC> &pack) {
-      float d[VEC];
-      unpack(pack, d);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) d[j] -= shift[j];
-      st.add(d);
-    });
+    load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c), tile, count,
+              [&](const Pack<T, VEC> &pack) { st.add_shifted(pack, shift); });
     for (int o = packs; o < kWarpSize; o *= 2) {
       RowWelford<VEC> b;
       b.n = shfl_xor(st.n, o, kWarpSize);
@@ -1712,40 +1764,12 @@ __global__ void __launch_bounds__(kSinglePassThreads)
         for (int k = 0; k < K; ++k) block_stats[(int64_t(ch) * gridDim.x + blockIdx.x) * K + k] = a[k];
     }
   }
-  // Finish's inputs for the warp's first channel, loaded before the barrier.
-  const int first_ch = int(blockIdx.x) * warps + warp;
-  typename StatsFinish<T>::Inputs first_in{};
-  if (lane == 0 && first_ch < c) first_in = stats.load(first_ch);
-  grid_barrier(counter);
-  // Each channel once, by one warp somewhere in the grid (channel ch: warp
-  // ch % warps of block ch / warps, ...), then a second barrier and every
-  // block copies the c coefficients. With every block merging every channel
-  // itself (blocks x c states each, all from one small region of L2) the
-  // kernel took 59 us against 30 for two passes (NHWC 16x32x112x112 fp16).
-  for (int ch = first_ch; ch < c; ch += int(gridDim.x) * warps) {
-    float a[K];
-    merge_published_states(block_stats, gridDim.x, ch * int64_t(gridDim.x), 1, a);
-    if (lane == 0) channel_coef[ch] = stats.finish(ch, a, true, ch == first_ch ? first_in : stats.load(ch));
-  }
-  grid_barrier(counter + 2);  // its own counters: blocks may reach it while the first one's last leaves
-  for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
-    const float *q = reinterpret_cast<const float *>(channel_coef + ch);
-    const int at = ch + ch / VEC;
-    coef_center[at] = load_volatile_global(q);
-    coef_a[at] = load_volatile_global(q + 1);
-    coef_b[at] = load_volatile_global(q + 2);
-  }
-  __syncthreads();
+  merge_channels_over_grid(c, block_stats, stats, counter, channel_coef);
   // Normalize: the flat walk of the channels-first kernel; a thread's vectors
   // are all vector t % packs of their rows, so its coefficients stay in
   // registers.
-  const int ch0 = (int(threadIdx.x) % packs) * VEC;
   Coef k[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) {
-    const int at = ch0 + ch0 / VEC + j;
-    k[j] = Coef{coef_center[at], coef_a[at], coef_b[at], 0.0f};
-  }
+  load_padded_coefficients<VEC>(c, channel_coef, padded_coefs, int(threadIdx.x) % packs, k);
   const int64_t e0 = r0 * c;
   for (int v0 = int(threadIdx.x) - lane; v0 < count; v0 += int(blockDim.x)) {
     const int v = v0 + lane;
@@ -1795,30 +1819,16 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   float *tree = reinterpret_cast<float *>(tile + held_capacity);  // [slot][F][packs]
   const Pack<T, VEC> *src = reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c);
   const int pk = int(threadIdx.x) % packs, rl = int(threadIdx.x) / packs;
-  const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
+  const int lane = lane_id();
   {
     float shift[VEC];  // channel_shift of the thread's channels: row 0
     unpack(load_pack<T, VEC>(x, int64_t(pk) * VEC), shift);
     RowWelford<VEC> st;
-    auto add = [&](const Pack<T, VEC> &pack) {
-      float d[VEC];
-      unpack(pack, d);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) d[j] -= shift[j];
-      st.add(d);
-    };
+    const auto add = [&](const Pack<T, VEC> &pack) { st.add_shifted(pack, shift); };
     load_tile(src, tile, held, add);
-    // The rest, for the statistics only: U loads in flight, as load_tile.
-    constexpr int U = 4;
-    for (int v0 = held + int(threadIdx.x); v0 < count; v0 += U * int(blockDim.x)) {
-      Pack<T, VEC> p[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (v0 + u * int(blockDim.x) < count) p[u] = load_global(src + v0 + u * int(blockDim.x));
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (v0 + u * int(blockDim.x) < count) add(p[u]);
-    }
+    // The rest, for the statistics only (held is a multiple of the block, so
+    // each thread keeps its channels).
+    load_tile(src + held, static_cast<Pack<T, VEC> *>(nullptr), count - held, add);
     // Row lanes [h, 2h) hand their states to lanes [0, h), h = lanes / 2 .. 1.
     for (int h = lanes / 2; h > 0; h /= 2) {
       if (rl >= h && rl < 2 * h) {
@@ -1853,41 +1863,10 @@ __global__ void __launch_bounds__(kSinglePassThreads)
         q[2] = st.m2[j];
       }
   }
-  // As forward_single_pass_last: each channel merged once in the grid, a
-  // second barrier, then every thread loads its channels' coefficients.
-  const int first_ch = int(blockIdx.x) * warps + warp;
-  typename StatsFinish<T>::Inputs first_in{};
-  if (lane == 0 && first_ch < c) first_in = stats.load(first_ch);
-  grid_barrier(counter);
-  for (int ch = first_ch; ch < c; ch += int(gridDim.x) * warps) {
-    float a[K];
-    merge_published_states(block_stats, gridDim.x, ch * int64_t(gridDim.x), 1, a);
-    if (lane == 0) channel_coef[ch] = stats.finish(ch, a, true, ch == first_ch ? first_in : stats.load(ch));
-  }
-  grid_barrier(counter + 2);
-  // The coefficients, once a block, into the tree's room (padded as in
-  // forward_single_pass_last, so the lanes' runs of VEC channels fall in
-  // different banks); then the thread's VEC channels into registers. Each
-  // thread loading its own channels from L2 instead (a warp's loads touching
-  // 32 lines, every block the same 32 KiB) cost tens of microseconds.
-  {
-    const int padded = c + c / VEC;
-    float *center = tree, *scale = tree + padded, *offset = tree + 2 * padded;
-    for (int ch = int(threadIdx.x); ch < c; ch += int(blockDim.x)) {
-      const float *q = reinterpret_cast<const float *>(channel_coef + ch);
-      const int at = ch + ch / VEC;
-      center[at] = load_volatile_global(q);
-      scale[at] = load_volatile_global(q + 1);
-      offset[at] = load_volatile_global(q + 2);
-    }
-    __syncthreads();
-  }
+  // As forward_single_pass_last, the coefficients into the tree's room.
+  merge_channels_over_grid(c, block_stats, stats, counter, channel_coef);
   Coef k[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) {
-    const int at = pk * (VEC + 1) + j, padded = c + c / VEC;
-    k[j] = Coef{tree[at], tree[padded + at], tree[2 * padded + at], 0.0f};
-  }
+  load_padded_coefficients<VEC>(c, channel_coef, tree, pk, k);
   // Normalize the rest first (from L2, mostly), then the tile: warp-uniform
   // walks, so a mask word's lanes are present together for the OR, with U
   // vectors' loads (x of the rest, z) issued before any is used, as in
