@@ -1581,9 +1581,6 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   }
 }
 
-// Welford states of VEC channels that have seen the same number of values
-// (one row of VEC channels at a time), so they share the count and its
-// reciprocal. merge() is Welford::merge per channel.
 // The grid phase of the channels-last single passes, after each block has
 // published its states (block_stats[(ch * blocks + block) * K]): each
 // channel is merged once, by one warp somewhere in the grid (channel ch: warp
@@ -1638,6 +1635,9 @@ __device__ __forceinline__ void load_padded_coefficients(int c, const Coef *chan
   }
 }
 
+// Welford states of VEC channels that have seen the same number of values
+// (one row of VEC channels at a time), so they share the count and its
+// reciprocal. merge() is Welford::merge per channel.
 template <int VEC>
 struct RowWelford {
   float n = 0.0f, mean[VEC] = {}, m2[VEC] = {};
