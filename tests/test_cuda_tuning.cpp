@@ -371,14 +371,17 @@ TEST_CASE("the sm_90 BatchNorm table asks for pass 2's last-use loads up to 32 M
   CHECK_FALSE(batch_norm_last_use_loads(nullptr, false, 2, bytes_of(16, 32, 112, 112, 2)));
 }
 
-TEST_CASE("the sm_90 BatchNorm table stages pass 2's rows in 32 KiB channels-last 16-bit only") {
+TEST_CASE("the sm_90 BatchNorm table stages pass 2's rows in 32 KiB channels-last 16-bit and channels-first fp32 forwards") {
   const BatchNormTuning *t = tuning_table_for("sm_90").batch_norm;
   REQUIRE(t != nullptr);
-  CHECK(batch_norm_stage_kib(t, true, 2) == 32);
-  CHECK(batch_norm_stage_kib(t, true, 4) == 0);
-  CHECK(batch_norm_stage_kib(t, false, 2) == 0);
-  CHECK(batch_norm_stage_kib(t, false, 4) == 0);
-  CHECK(batch_norm_stage_kib(nullptr, true, 2) == 0);
+  for (bool backward : {false, true}) {
+    CHECK(batch_norm_stage_kib(t, backward, true, 2) == 32);
+    CHECK(batch_norm_stage_kib(t, backward, true, 4) == 0);
+    CHECK(batch_norm_stage_kib(t, backward, false, 2) == 0);
+    CHECK(batch_norm_stage_kib(nullptr, backward, true, 2) == 0);
+  }
+  CHECK(batch_norm_stage_kib(t, false, false, 4) == 32);
+  CHECK(batch_norm_stage_kib(t, true, false, 4) == 0);
 }
 
 TEST_CASE("ring kernels: the softmax forward's, 16-byte vectors, a row's chunks and at most seven ahead") {

@@ -2142,10 +2142,10 @@ constexpr int kDefaultStageKib = 32;
 // The dynamic shared memory of `stage` rows of `tensors` staged tensors.
 size_t staged_bytes(int stage, int tensors) { return size_t(stage) * kThreads * tensors * 16; }
 template <class T, int VEC>
-int staged_rows(Context &ctx, const Plan &p, int tensors) {
+int staged_rows(Context &ctx, const Plan &p, bool backward, int tensors) {
   if (!kAsyncCopy || VEC * sizeof(T) != 16 || !ctx.info->async_copies) return 0;
   static const int override = env_switch("XVK_BATCH_NORM_STAGE");
-  int kib = batch_norm_stage_kib(ctx.info->table->batch_norm, p.channels_last, int(sizeof(T)));
+  int kib = batch_norm_stage_kib(ctx.info->table->batch_norm, backward, p.channels_last, int(sizeof(T)));
   if (override == 0) kib = 0;
   if (override == 1 && kib == 0) kib = kDefaultStageKib;
   return int(size_t(kib) * 1024 / staged_bytes(1, tensors));
@@ -2369,7 +2369,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
     constexpr bool kHalfWidth = VEC > 1 && VEC < kMaxVec<T>;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0 && (!a.mask || p.sh.row_len % kWordBits == 0)) {
-        const int tensors = a.z ? 2 : 1, stage = coef ? staged_rows<T, VEC>(ctx, p, tensors) : 0;
+        const int tensors = a.z ? 2 : 1, stage = coef ? staged_rows<T, VEC>(ctx, p, false, tensors) : 0;
         auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
           constexpr bool L = decltype(last)::value == 1;
           if constexpr (kHalfWidth) {
@@ -2435,7 +2435,7 @@ xvk_status_t backward_typed(Context &ctx, const xvk_batch_norm_backward_args &a)
     constexpr int VEC = decltype(vec_tag)::value;
     if constexpr (VEC > 1) {
       if (p.sh.row_len % VEC == 0) {
-        const int stage = staged_rows<T, VEC>(ctx, p, 2);
+        const int stage = staged_rows<T, VEC>(ctx, p, true, 2);
         auto kernel = with_last_use<T>(ctx, p, [&](auto last) {
           return rows_kernel_for<VEC>(p, [&](auto sets) {
             constexpr int S = decltype(sets)::value;

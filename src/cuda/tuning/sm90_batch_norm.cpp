@@ -103,7 +103,16 @@ extern const BatchNormTuning kBatchNormSm90;
 //   channels-first 16-bit: 1.008x (0.940-1.086): the staged kernels with two
 //     coefficient sets take 55-56 registers against 48, a resident block less
 //     (bn+relu backward 1.04-1.09x, 7 x 7 forwards 1.03-1.05x)
-// So 32 KiB channels-last 16-bit, none elsewhere.
+// So 32 KiB channels-last 16-bit, none elsewhere. That sweep's channels-first
+// fp32 rows split by direction (7 x 7: forwards 0.972-0.975, backwards
+// 1.010-1.042), so the table has a forward and a backward size. H200,
+// 2026-12-04 (session 51; bench/results/h200-2026-12-04-session51-trials.txt),
+// XVK_BATCH_NORM_STAGE=1 against the table before, three rounds alternated,
+// best of three, the four training ops on all six benchmark shapes,
+// channels-first fp32: forwards 0.887-1.005 ((16, 32, 112, 112) bn+relu
+// 0.887, 7 x 7 0.973, 14 x 14 0.984-0.991, larger 0.992-0.999), backwards
+// 0.975-1.048 (bn+relu 1.036-1.048). So 32 KiB for the channels-first fp32
+// forwards too.
 //
 // The held single pass (forward_single_pass_held: channels-last rows wider
 // than a warp's vectors, or tensors larger than the tiles): H200, 2026-12-03
@@ -125,11 +134,11 @@ const BatchNormTuning kBatchNormSm90 = {
     {{4, 4}, {0, 8}},
     {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
     {{32 * kMiB, 32 * kMiB}, {32 * kMiB, 32 * kMiB}},
-    {{0, 0}, {32, 0}},
+    {{{0, 32}, {32, 0}}, {{0, 0}, {32, 0}}},
     "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
     "channels, two passes channels-first, the held single pass never; "
     "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "
     "never channels-last 16-bit; H100: pass 2's last-use loads up to 32 MiB; H200: training pass 2 stages rows in "
-    "32 KiB channels-last 16-bit"};
+    "32 KiB channels-last 16-bit and, forward only, channels-first fp32"};
 
 }  // namespace xvk::gpu

@@ -341,9 +341,9 @@ bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int
   return bytes <= t->last_use_max_bytes[order][wide];
 }
 
-int batch_norm_stage_kib(const BatchNormTuning *t, bool channels_last, int element_bytes) {
+int batch_norm_stage_kib(const BatchNormTuning *t, bool backward, bool channels_last, int element_bytes) {
   if (!t) return 0;
-  return t->pass2_stage_kib[channels_last ? 1 : 0][element_bytes == 4 ? 1 : 0];
+  return t->pass2_stage_kib[backward ? 1 : 0][channels_last ? 1 : 0][element_bytes == 4 ? 1 : 0];
 }
 
 TuningIndex::TuningIndex(const TuningTable &table) {

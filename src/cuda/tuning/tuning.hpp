@@ -308,8 +308,8 @@ struct BatchNormTuning {
   int64_t last_use_max_bytes[2][2];
   // Training pass 2 copies the rows each thread reaches last into this many
   // KiB of shared memory per block while it waits for finalize (batch_norm.cu,
-  // Staging); [channels_last][4-byte elements], 0: never.
-  int pass2_stage_kib[2][2];
+  // Staging); [backward][channels_last][4-byte elements], 0: never.
+  int pass2_stage_kib[2][2][2];
   const char *source;  // the measurement behind the numbers
 };
 
@@ -334,7 +334,7 @@ bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int
 
 // KiB of shared memory per block in which BatchNorm's training pass 2 stages
 // rows while finalize runs, or 0. NULL table: 0.
-int batch_norm_stage_kib(const BatchNormTuning *t, bool channels_last, int element_bytes);
+int batch_norm_stage_kib(const BatchNormTuning *t, bool backward, bool channels_last, int element_bytes);
 
 struct TuningTable {
   const char *name;  // where and how it was produced
