@@ -1469,9 +1469,11 @@ __device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> 
 // before any is merged: a merge between loads made each load wait for the
 // last (forward_single_pass_last, 132 states a channel: 67 -> 59 us), and
 // with U = 8 a warp covers one state per block of a 132-SM grid in one round.
+template <int KS = Welford::K>
 __device__ __forceinline__ void merge_published_states(const float *states, int64_t count, int64_t first,
                                                        int64_t stride, float (&a)[Welford::K]) {
   constexpr int K = Welford::K, U = 8;
+  static_assert(KS == K || KS == 4, "states of K floats, or padded to one 16-byte vector");
   const int lane = lane_id();
   Welford::identity(a);
   for (int64_t i0 = 0; i0 < count; i0 += U * kWarpSize) {
@@ -1479,9 +1481,14 @@ __device__ __forceinline__ void merge_published_states(const float *states, int6
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t i = i0 + u * kWarpSize + lane;
-      const float *q = states + (first + i * stride) * K;
+      const float *q = states + (first + i * stride) * KS;
+      if constexpr (KS == 4) {
+        const float4 v = i < count ? load_coherent_float4(q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        part[u][0] = v.x, part[u][1] = v.y, part[u][2] = v.z;
+      } else {
 #pragma unroll
-      for (int k = 0; k < K; ++k) part[u][k] = i < count ? load_volatile_global(q + k) : 0.0f;
+        for (int k = 0; k < K; ++k) part[u][k] = i < count ? load_volatile_global(q + k) : 0.0f;
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) Welford::merge(a, part[u]);
@@ -1581,8 +1588,21 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   }
 }
 
+// The channels-last single passes' published states: channel ch's state of
+// block b at block_stats[(ch * blocks + b) * kChannelStateFloats], padded to
+// one 16-byte vector, stored and loaded whole. As three 4-byte stores each
+// (a warp's lanes VEC channels, so VEC x blocks states, apart), publishing
+// took the held kernel 13.2 us at 2048 channels; one vector store, 4.6 us
+// (H200, 64x2048x7x7 fp16, the kernel stopped after each phase; the whole
+// op 36.96 -> 26.91 us, 256x2048x7x7 62.72 -> 53.57; session 52's trials).
+constexpr int kChannelStateFloats = 4;
+__device__ __forceinline__ void publish_channel_state(float *block_stats, int ch, const float (&a)[Welford::K]) {
+  *reinterpret_cast<float4 *>(block_stats + (int64_t(ch) * gridDim.x + blockIdx.x) * kChannelStateFloats) =
+      make_float4(a[0], a[1], a[2], 0.0f);
+}
+
 // The grid phase of the channels-last single passes, after each block has
-// published its states (block_stats[(ch * blocks + block) * K]): each
+// published its states (publish_channel_state): each
 // channel is merged once, by one warp somewhere in the grid (channel ch: warp
 // ch % warps of block ch / warps, ...; merge_published_states), which writes
 // its statistics and coefficients; a second barrier, and every block may read
@@ -1600,7 +1620,7 @@ __device__ __forceinline__ void merge_channels_over_grid(int c, const float *blo
   grid_barrier(counter);
   for (int ch = first_ch; ch < c; ch += int(gridDim.x) * warps) {
     float a[Welford::K];
-    merge_published_states(block_stats, gridDim.x, ch * int64_t(gridDim.x), 1, a);
+    merge_published_states<kChannelStateFloats>(block_stats, gridDim.x, ch * int64_t(gridDim.x), 1, a);
     if (lane == 0) channel_coef[ch] = stats.finish(ch, a, true, ch == first_ch ? first_in : stats.load(ch));
   }
   grid_barrier(counter + 2);  // its own counters: blocks may reach it while the first one's last leaves
@@ -1759,9 +1779,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
         a[2] = warp_m2[lane * row + ch];
       }
       warp_merge<Welford>(a, kWarpSize);
-      if (lane == 0)
-#pragma unroll
-        for (int k = 0; k < K; ++k) block_stats[(int64_t(ch) * gridDim.x + blockIdx.x) * K + k] = a[k];
+      if (lane == 0) publish_channel_state(block_stats, ch, a);
     }
   }
   merge_channels_over_grid(c, block_stats, stats, counter, channel_coef);
@@ -1808,7 +1826,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
                              StatsFinish<T> stats, float *block_stats, unsigned *counter, int row_align,
                              Coef *channel_coef, int held_capacity) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
-  constexpr int K = Welford::K, F = 2 * VEC + 1;  // a RowWelford's floats: n, then VEC means and VEC m2s
+  constexpr int F = 2 * VEC + 1;  // a RowWelford's floats: n, then VEC means and VEC m2s
   extern __shared__ uint4 held_smem[];            // 16-byte aligned
   const int c = int(sh.c), packs = c / VEC, lanes = int(blockDim.x) / packs;
   const int64_t units = (sh.rows + row_align - 1) / row_align;
@@ -1856,12 +1874,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     }
     if (rl == 0)
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        float *q = block_stats + (int64_t(pk * VEC + j) * gridDim.x + blockIdx.x) * K;
-        q[0] = st.n;
-        q[1] = st.mean[j];
-        q[2] = st.m2[j];
-      }
+      for (int j = 0; j < VEC; ++j) publish_channel_state(block_stats, pk * VEC + j, {st.n, st.mean[j], st.m2[j]});
   }
   // As forward_single_pass_last, the coefficients into the tree's room.
   merge_channels_over_grid(c, block_stats, stats, counter, channel_coef);
@@ -2301,7 +2314,8 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   // then the partial states. Counters: two grid barriers' pairs.
   const int64_t coef_count = p.channels_last ? sh.c : 0;
   void *base = nullptr;
-  error_t e = ctx.workspace(size_t(coef_count) * sizeof(Coef) + size_t(states) * Welford::K * sizeof(float), &base);
+  const int state_floats = p.channels_last ? kChannelStateFloats : Welford::K;
+  error_t e = ctx.workspace(size_t(coef_count) * sizeof(Coef) + size_t(states) * state_floats * sizeof(float), &base);
   unsigned *counter = nullptr;
   if (e == kSuccess) e = ctx.completion_counters(4, &counter);
   if (e != kSuccess) {

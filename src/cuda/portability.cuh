@@ -396,6 +396,18 @@ __device__ __forceinline__ T load_volatile_global(const T *p) {
 #endif
 }
 
+// Four floats that other blocks stored before a grid barrier, in one load
+// past L1 (NVIDIA: ld.global.cg, so never a stale L1 line; HIP: four
+// volatile loads, as load_volatile_global).
+__device__ __forceinline__ float4 load_coherent_float4(const float *p) {
+#if XVK_GPU_HIP
+  return make_float4(load_volatile_global(p), load_volatile_global(p + 1), load_volatile_global(p + 2),
+                     load_volatile_global(p + 3));
+#else
+  return __ldcg(reinterpret_cast<const float4 *>(p));
+#endif
+}
+
 __device__ __forceinline__ int lane_id() { return int(threadIdx.x) & (kWarpSize - 1); }
 __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / kWarpSize; }
 
