@@ -330,9 +330,14 @@ TEST_CASE("the sm_90 BatchNorm table picks the single pass by memory order, widt
   // Tables without BatchNorm figures (the default, AMD): never.
   CHECK_FALSE(batch_norm_single_pass_wanted(nullptr, true, 2, bytes_of(16, 32, 112, 112, 2), 32));
   CHECK(tuning_table_for("sm_80").batch_norm == nullptr);
-  // The held single pass (channels-last, beyond the tiles) measured slower
-  // than two passes on the H200 at all but two cases: never.
-  CHECK_FALSE(batch_norm_held_pass_wanted(t, 2, bytes_of(256, 2048, 7, 7, 2)));
+  // The held single pass (channels-last, beyond the tiles): 16-bit
+  // activations of 32 to 64 MiB (the H200's 51.4 MB shapes), not smaller or
+  // larger ones, never fp32.
+  CHECK(batch_norm_held_pass_wanted(t, 2, bytes_of(256, 2048, 7, 7, 2)));
+  CHECK(batch_norm_held_pass_wanted(t, 2, bytes_of(32, 256, 56, 56, 2)));
+  CHECK_FALSE(batch_norm_held_pass_wanted(t, 2, bytes_of(128, 2048, 7, 7, 2)));
+  CHECK_FALSE(batch_norm_held_pass_wanted(t, 2, bytes_of(256, 1024, 14, 14, 2)));
+  CHECK_FALSE(batch_norm_held_pass_wanted(t, 4, bytes_of(128, 2048, 7, 7, 4)));
   CHECK_FALSE(batch_norm_held_pass_wanted(t, 4, bytes_of(32, 256, 56, 56, 4)));
   CHECK_FALSE(batch_norm_held_pass_wanted(nullptr, 2, bytes_of(32, 256, 56, 56, 2)));
 }

@@ -2262,7 +2262,9 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   const BatchNormTuning *table = ctx.info->table->batch_norm;
   const int64_t bytes = p.sh.numel * int64_t(sizeof(T));
   const bool tile_wanted = batch_norm_single_pass_wanted(table, p.channels_last, int(sizeof(T)), bytes, p.sh.c);
-  const bool held_wanted = p.channels_last && batch_norm_held_pass_wanted(table, int(sizeof(T)), bytes);
+  // The held kernel reads z after the grid's merge too: with it, two passes
+  // stayed faster where the table asks for the held kernel (sm90_batch_norm.cpp).
+  const bool held_wanted = p.channels_last && !a.z && batch_norm_held_pass_wanted(table, int(sizeof(T)), bytes);
   if (override == 0 || (override != 1 && !tile_wanted && !held_wanted)) return false;
   if (p.apply_vec == 1 || !ctx.info->cooperative_launch) return false;
   constexpr int VEC = kMaxVec<T>;

@@ -121,22 +121,31 @@ extern const BatchNormTuning kBatchNormSm90;
 // NHWC bn+relu and bn+add+relu forwards on ten shapes: 1.11x the time in
 // geometric mean (fp16 1.115, bf16 1.110, fp32 1.105); faster only on
 // 32 x 256 x 56 x 56 16-bit bn+relu (0.90x) and 128 x 1024 x 14 x 14 bn+relu
-// 16-bit (0.99x). Its fixed cost grows with the channels (64 x 2048 x 7 x 7
-// fp16: 37 us against 25). So never, for now.
+// 16-bit (0.99x). Its fixed cost grew with the channels (64 x 2048 x 7 x 7
+// fp16: 37 us against 25): publishing the blocks' states, 13 us of it at
+// 2048 channels. With each state one 16-byte store (session 52; H200,
+// 2026-12-04, bench/results/h200-2026-12-04-session52-trials.txt), forced
+// against the table's two passes in the same run, best of two: bn+relu
+// forwards of 51.4 MB 16-bit 0.861-0.976x (32x256x56x56 0.86-0.90,
+// 128x1024x14x14 0.90-0.93, 256x2048x7x7 0.95-0.98), 25.7 MB 1.01-1.04x
+// (128x2048x7x7, an earlier run), 102.8 MB 1.008-1.031x; fp32 1.00-1.04x
+// but for 32x32x112x112 (0.91x, one case); Add+ReLU forwards (z read as
+// well) 0.98-1.09x (256x2048x7x7 16-bit 1.03-1.05). So 16-bit from 32 to
+// 64 MiB, and only without z (batch_norm.cu, single_pass); fp32 never.
 constexpr int64_t kMiB = int64_t(1) << 20;
 constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
     {{0, 0}, {6 * kMiB, 6 * kMiB}},
     {{0, 0}, {kFits, kFits}},
     64,
-    {0, 0},
-    {0, 0},
+    {32 * kMiB, 0},
+    {64 * kMiB, 0},
     {{4, 4}, {0, 8}},
     {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
     {{32 * kMiB, 32 * kMiB}, {32 * kMiB, 32 * kMiB}},
     {{{0, 32}, {32, 0}}, {{0, 0}, {32, 0}}},
     "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
-    "channels, two passes channels-first, the held single pass never; "
+    "channels, two passes channels-first, the held single pass 16-bit from 32 to 64 MiB without z; "
     "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "
     "never channels-last 16-bit; H100: pass 2's last-use loads up to 32 MiB; H200: training pass 2 stages rows in "
     "32 KiB channels-last 16-bit and, forward only, channels-first fp32"};

@@ -292,7 +292,8 @@ struct BatchNormTuning {
   // Channels-last activations that the tile kernel does not take (more
   // channels, or more bytes than the tiles hold) run as the held single pass
   // (the tiles keep what they can, the rest is read twice) from
-  // held_min_bytes to held_max_bytes; [4-byte elements]; max 0: never.
+  // held_min_bytes to held_max_bytes, training forwards without z only
+  // (batch_norm.cu); [4-byte elements]; max 0: never.
   int64_t held_min_bytes[2];
   int64_t held_max_bytes[2];
   // Pass 2 (the rows kernels) runs one wave of blocks, each walking its share
