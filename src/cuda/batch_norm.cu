@@ -1826,8 +1826,8 @@ __global__ void __launch_bounds__(kSinglePassThreads)
                              StatsFinish<T> stats, float *block_stats, unsigned *counter, int row_align,
                              Coef *channel_coef, int held_capacity) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
-  constexpr int F = 2 * VEC + 1;  // a RowWelford's floats: n, then VEC means and VEC m2s
-  extern __shared__ uint4 held_smem[];            // 16-byte aligned
+  constexpr int F = 2 * VEC + 1;        // a RowWelford's floats: n, then VEC means and VEC m2s
+  extern __shared__ uint4 held_smem[];  // 16-byte aligned
   const int c = int(sh.c), packs = c / VEC, lanes = int(blockDim.x) / packs;
   const int64_t units = (sh.rows + row_align - 1) / row_align;
   const int64_t r0 = min(sh.rows, units * blockIdx.x / gridDim.x * row_align);
@@ -2313,7 +2313,9 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   if (smem + kSharedReserve > ctx.info->max_smem_per_block) return false;
   (void)ctx.blocks_per_sm(kernel, kSinglePassThreads, size_t(smem));
   // Workspace: the channels-last kernel's c coefficients (16-byte aligned),
-  // then the partial states. Counters: two grid barriers' pairs.
+  // then the partial states (so 16-byte aligned too, as the channels-last
+  // kernels' publish_channel_state stores need). Counters: two grid
+  // barriers' pairs.
   const int64_t coef_count = p.channels_last ? sh.c : 0;
   void *base = nullptr;
   const int state_floats = p.channels_last ? kChannelStateFloats : Welford::K;
