@@ -1461,6 +1461,53 @@ __device__ __forceinline__ void load_tile(const Pack<T, VEC> *src, Pack<T, VEC> 
   __syncthreads();
 }
 
+// load_tile's copy to shared memory split in two, where the backend copies
+// without registers (kAsyncCopy): start_tile_copies starts every copy at
+// once, in kTileGroups groups of each thread's consecutive vectors (v = t,
+// t + blockDim.x, ...), and use_tile waits for them group by group, handing
+// each vector to use() in load_tile's order (the same sums, the same bits)
+// while the later groups land. Between the two a kernel may read other
+// data. Why: through registers (U = 4 loads a thread) each warp alternates
+// between waiting for its loads and working on them; this way the tile
+// kernels' statistics overlap the copies still in flight (H200, session
+// 53's trials: NHWC (16, 32, 112, 112) bn+relu forward fp16 22.98 -> 22.02
+// us, fp32 30.05 -> 28.38, (8, 64, 112, 112) fp16 24.16 -> 22.27).
+// Elsewhere use_tile is load_tile. The copies are the thread's own until
+// the block's barrier at the end of use_tile.
+constexpr int kTileGroups = 4;
+template <class T, int VEC>
+__device__ __forceinline__ void start_tile_copies(const Pack<T, VEC> *src, Pack<T, VEC> *tile, int count) {
+  if constexpr (kAsyncCopy) {
+    static_assert(sizeof(Pack<T, VEC>) == 16, "one 16-byte copy a vector");
+    const int per_thread = (count + int(blockDim.x) - 1) / int(blockDim.x);
+#pragma unroll
+    for (int g = 0; g < kTileGroups; ++g) {
+      for (int k = per_thread * g / kTileGroups; k < per_thread * (g + 1) / kTileGroups; ++k) {
+        const int v = int(threadIdx.x) + k * int(blockDim.x);
+        if (v < count) copy_async_16(tile + v, src + v);
+      }
+      async_copies_commit();
+    }
+  }
+}
+template <class T, int VEC, class Use>
+__device__ __forceinline__ void use_tile(const Pack<T, VEC> *src, Pack<T, VEC> *tile, int count, Use use) {
+  if constexpr (kAsyncCopy) {
+    const int per_thread = (count + int(blockDim.x) - 1) / int(blockDim.x);
+#pragma unroll
+    for (int g = 0; g < kTileGroups; ++g) {
+      async_copies_wait(kTileGroups - 1 - g);  // g unrolled: a constant
+      for (int k = per_thread * g / kTileGroups; k < per_thread * (g + 1) / kTileGroups; ++k) {
+        const int v = int(threadIdx.x) + k * int(blockDim.x);
+        if (v < count) use(tile[v]);
+      }
+    }
+    __syncthreads();
+  } else {
+    load_tile(src, tile, count, use);
+  }
+}
+
 // After the grid barrier: the warp's merge of a channel's `count` states
 // states[(first + i * stride) * K], i = 0 .. count - 1, published by other
 // blocks. Lane m takes i = m, m + W, ... in order, then a butterfly, so every
@@ -1521,7 +1568,9 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(smem_coef + max_own);
   const int lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
   // The block's planes are contiguous in x.
-  load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + p0 * sh.s), tile, own * vectors, [](const Pack<T, VEC> &) {});
+  const Pack<T, VEC> *src = reinterpret_cast<const Pack<T, VEC> *>(x + p0 * sh.s);
+  start_tile_copies(src, tile, own * vectors);
+  use_tile(src, tile, own * vectors, [](const Pack<T, VEC> &) {});
   // Per-plane states: `per_plane` warps on each of `groups` planes at a time.
   const int per_plane = own > 0 ? max(1, warps / own) : 1, groups = warps / per_plane;
   for (int base = 0; base < own; base += groups) {
@@ -1744,8 +1793,9 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     float shift[VEC];  // channel_shift of the thread's channels: row 0
     unpack(load_pack<T, VEC>(x, int64_t(pk) * VEC), shift);
     RowWelford<VEC> st;
-    load_tile(reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c), tile, count,
-              [&](const Pack<T, VEC> &pack) { st.add_shifted(pack, shift); });
+    const Pack<T, VEC> *src = reinterpret_cast<const Pack<T, VEC> *>(x + r0 * c);
+    start_tile_copies(src, tile, count);
+    use_tile(src, tile, count, [&](const Pack<T, VEC> &pack) { st.add_shifted(pack, shift); });
     for (int o = packs; o < kWarpSize; o *= 2) {
       RowWelford<VEC> b;
       b.n = shfl_xor(st.n, o, kWarpSize);
@@ -1843,9 +1893,12 @@ __global__ void __launch_bounds__(kSinglePassThreads)
     unpack(load_pack<T, VEC>(x, int64_t(pk) * VEC), shift);
     RowWelford<VEC> st;
     const auto add = [&](const Pack<T, VEC> &pack) { st.add_shifted(pack, shift); };
+    // The tile, then the rest for the statistics only (held is a multiple of
+    // the block, so each thread keeps its channels), through registers: with
+    // start_tile_copies / use_tile the kernel was no faster (0.996-0.999x in
+    // geometric mean; with the copies started before the rest was read,
+    // 1.03-1.09x slower; H200, session 53's trials).
     load_tile(src, tile, held, add);
-    // The rest, for the statistics only (held is a multiple of the block, so
-    // each thread keeps its channels).
     load_tile(src + held, static_cast<Pack<T, VEC> *>(nullptr), count - held, add);
     // Row lanes [h, 2h) hand their states to lanes [0, h), h = lanes / 2 .. 1.
     for (int h = lanes / 2; h > 0; h /= 2) {
