@@ -1510,6 +1510,15 @@ __device__ __forceinline__ void use_tile(const Pack<T, VEC> *src, Pack<T, VEC> *
   }
 }
 
+// The channels-last single passes' published states: channel ch's state of
+// block b at block_stats[(ch * blocks + b) * kChannelStateFloats], padded to
+// one 16-byte vector, stored and loaded whole. As three 4-byte stores each
+// (a warp's lanes VEC channels, so VEC x blocks states, apart), publishing
+// took the held kernel 13.2 us at 2048 channels; one vector store, 4.6 us
+// (H200, 64x2048x7x7 fp16, the kernel stopped after each phase; the whole
+// op 36.96 -> 26.91 us, 256x2048x7x7 62.72 -> 53.57; session 52's trials).
+constexpr int kChannelStateFloats = 4;
+
 // After the grid barrier: the warp's merge of a channel's `count` states
 // states[(first + i * stride) * K], i = 0 .. count - 1, published by other
 // blocks. Lane m takes i = m, m + W, ... in order, then a butterfly, so every
@@ -1522,7 +1531,7 @@ template <int KS = Welford::K>
 __device__ __forceinline__ void merge_published_states(const float *states, int64_t count, int64_t first,
                                                        int64_t stride, float (&a)[Welford::K]) {
   constexpr int K = Welford::K, U = 8;
-  static_assert(KS == K || KS == 4, "states of K floats, or padded to one 16-byte vector");
+  static_assert(KS == K || KS == kChannelStateFloats, "states of K floats, or padded to one 16-byte vector");
   const int lane = lane_id();
   Welford::identity(a);
   for (int64_t i0 = 0; i0 < count; i0 += U * kWarpSize) {
@@ -1531,7 +1540,7 @@ __device__ __forceinline__ void merge_published_states(const float *states, int6
     for (int u = 0; u < U; ++u) {
       const int64_t i = i0 + u * kWarpSize + lane;
       const float *q = states + (first + i * stride) * KS;
-      if constexpr (KS == 4) {
+      if constexpr (KS == kChannelStateFloats) {
         const float4 v = i < count ? load_coherent_float4(q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         part[u][0] = v.x, part[u][1] = v.y, part[u][2] = v.z;
       } else {
@@ -1639,14 +1648,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   }
 }
 
-// The channels-last single passes' published states: channel ch's state of
-// block b at block_stats[(ch * blocks + b) * kChannelStateFloats], padded to
-// one 16-byte vector, stored and loaded whole. As three 4-byte stores each
-// (a warp's lanes VEC channels, so VEC x blocks states, apart), publishing
-// took the held kernel 13.2 us at 2048 channels; one vector store, 4.6 us
-// (H200, 64x2048x7x7 fp16, the kernel stopped after each phase; the whole
-// op 36.96 -> 26.91 us, 256x2048x7x7 62.72 -> 53.57; session 52's trials).
-constexpr int kChannelStateFloats = 4;
+// Publishes a block's state of channel ch (kChannelStateFloats, above).
 __device__ __forceinline__ void publish_channel_state(float *block_stats, int ch, const float (&a)[Welford::K]) {
   *reinterpret_cast<float4 *>(block_stats + (int64_t(ch) * gridDim.x + blockIdx.x) * kChannelStateFloats) =
       make_float4(a[0], a[1], a[2], 0.0f);
@@ -1938,7 +1940,11 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   // Normalize the rest first (from L2, mostly), then the tile: warp-uniform
   // walks, so a mask word's lanes are present together for the OR, with U
   // vectors' loads (x of the rest, z) issued before any is used, as in
-  // phase 1: one block an SM keeps too few loads in flight otherwise.
+  // phase 1: one block an SM keeps too few loads in flight otherwise. y
+  // goes out through streaming stores (evict-first in L2), so it pushes
+  // fewer of the rest's lines out of L2 before they are read again (ncu,
+  // H200, fp16 256x2048x7x7: 59.9 -> 56.9 MB read from DRAM; the op
+  // 0.977-0.982x the time, session 54's trials).
   constexpr int U = 2;
   const int64_t e0 = r0 * c;
   const Pack<T, VEC> *zsrc = z ? reinterpret_cast<const Pack<T, VEC> *>(z + e0) : nullptr;
@@ -1963,7 +1969,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
           unpack(xs[u], xf);
           if (z) unpack(zs[u], zf);
           bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int j) { return k[j]; }, out);
-          store_vec<T, VEC>(y + e, out);
+          store_vec_streaming<T, VEC>(y + e, out);
         }
         if (mask) store_mask_word<VEC>(mask, e, bits, lane % (kWordBits / VEC), v < to);
       }

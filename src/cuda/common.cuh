@@ -379,6 +379,16 @@ __device__ __forceinline__ void store_vec(T *p, const float (&in)[VEC]) {
   for (int c = 0; c < VEC; c += kChunk) *reinterpret_cast<Pack<T, kChunk> *>(p + c) = to_pack<T, kChunk>(in + c);
 }
 
+// store_vec through streaming stores (store_global_streaming): whole packs
+// of at least 4 bytes.
+template <class T, int VEC>
+__device__ __forceinline__ void store_vec_streaming(T *p, const float (&in)[VEC]) {
+  constexpr int kChunk = VEC < kMaxVec<T> ? VEC : kMaxVec<T>;
+#pragma unroll
+  for (int c = 0; c < VEC; c += kChunk)
+    store_global_streaming(reinterpret_cast<Pack<T, kChunk> *>(p + c), to_pack<T, kChunk>(in + c));
+}
+
 // ---------------------------------------------------------------------------
 // Compile-time shapes behind the run-time Config (see tuning/tuning.hpp).
 // ---------------------------------------------------------------------------
