@@ -29,7 +29,10 @@
 // channels-last), which reads x once, where the tuning table says it is
 // faster (tuning/sm90_batch_norm.cpp has the measurements); channels-last,
 // forward_single_pass_held also takes wide rows and tensors larger than the
-// tiles, keeping what they hold and reading the rest twice. Like every
+// tiles, keeping what they hold and reading the rest twice. Channels-first,
+// forward_channel_groups runs the training forward as one ordinary kernel
+// whose blocks each hold a few whole channels (every sample's planes of
+// them), where the table says. Like every
 // kernel, finalize and pass 2 start by launch_kernel (programmatic dependent
 // launch on sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
@@ -1648,6 +1651,215 @@ __global__ void __launch_bounds__(kSinglePassThreads)
   }
 }
 
+// Channels-first training forward as one kernel, one block per group of
+// `group` whole channels (every sample's planes of them): the block copies
+// its channels into shared memory, takes their statistics there and
+// normalizes from there, so x is read once, no step is grid-wide (each
+// channel is one block's) and there is no workspace. Where the two passes'
+// three kernels cost more than their bytes (tensors of a few to ~40 MB at 7
+// x 7; the table's rule) it takes 0.65-1.00x their time; where a block's
+// tile takes half an SM's shared memory or more, the SM's phases (copy,
+// sums, normalize) do not overlap enough, and no form of it tried was faster
+// than the two passes (H200, 256 x 2048 x 7 x 7 16-bit: 1.00x at best;
+// sm90_batch_norm.cpp).
+// A sample's run of the group's planes (group * s elements at (n * c + first
+// channel) * s) is whole 16-byte vectors, at most a block's (run_vectors):
+// thread t keeps position p = t % run_vectors of the run in samples r, r +
+// R, ... (r = t / run_vectors, R = threads / run_vectors), so element j of
+// each of its vectors is always of the same channel (k0 below element b, k0
+// + 1 from it; s >= VEC): its sums and coefficients are per element j, in
+// registers, with no per-element choice of channel.
+// Statistics in one pass, as the copies land: per element j, the sums of d =
+// x - x_first and d * d (x_first: the thread's own first value there), so
+// the thread's (count, mean, m2) per j; merged per thread and channel part,
+// then per channel over the threads in a fixed order (the same bits every
+// run). The mask: each vector's bits are ORed into a copy of the run's words
+// in shared memory, written out whole; the first and last words of a run,
+// which neighbouring blocks share, are updated by atomics on their own bits
+// only (AND then OR), whatever the word held. Shared memory: coefficients,
+// finish's inputs, the tile, then the threads' states, whose room the mask
+// words take once they are merged.
+constexpr int kGroupThreads = 256, kGroupMinBlocks = 2;
+constexpr int kGroupParts = 2 * Welford::K;  // a thread's states of its two channels
+struct GroupLayout {
+  int group, run_vectors, replicas, run_words;  // run_words: words a run's bits touch, at most
+  __host__ __device__ static int words_of(int64_t run_elements) { return int((run_elements + kWordBits - 1) / kWordBits) + 1; }
+  __host__ __device__ size_t coef_offset() const { return 0; }
+  __host__ __device__ size_t inputs_offset() const { return size_t(group) * 16; }
+  __host__ __device__ size_t tile_offset() const {
+    return inputs_offset() + (size_t(group) * sizeof(StatsFinish<float>::Inputs) + 15) / 16 * 16;
+  }
+  // The threads' states (kGroupParts floats each), then the mask words, in one room.
+  __host__ __device__ size_t words_offset(int64_t n) const { return tile_offset() + size_t(n) * run_vectors * 16; }
+  __host__ __device__ size_t bytes(int64_t n, bool mask) const {
+    const size_t parts = size_t(kGroupThreads) * kGroupParts * 4, bits = mask ? size_t(n) * run_words * 4 : 0;
+    return words_offset(n) + (parts > bits ? parts : bits);
+  }
+};
+
+// Channel k's state merged from the threads' (parts + kGroupParts * u: the
+// state of channel k0(u), then of k0(u) + 1): warp k % warps, its lanes over
+// the positions whose vectors hold some of channel k (p_lo .. p_hi) in every
+// replica, in order, then a butterfly (the same bits every run).
+template <int VEC>
+__device__ __forceinline__ void group_channel_state(const float *parts, const GroupLayout &L, int s, int k,
+                                                    float (&a)[Welford::K]) {
+  const int p_lo = k * s / VEC, positions = ((k + 1) * s - 1) / VEC - p_lo + 1;
+  Welford::identity(a);
+  for (int q = lane_id(); q < L.replicas * positions; q += kWarpSize) {
+    const int r = q / positions, p = p_lo + (q - r * positions);
+    // Position p's vectors start in channel k (its first state) or in k - 1 (its second).
+    const float *part = parts + kGroupParts * (r * L.run_vectors + p) + (p * VEC >= k * s ? 0 : Welford::K);
+    const float b[Welford::K] = {part[0], part[1], part[2]};
+    Welford::merge(a, b);
+  }
+  warp_merge<Welford>(a, kWarpSize);
+}
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(kGroupThreads, kGroupMinBlocks)
+    forward_channel_groups(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish<T> stats,
+                           GroupLayout L) {
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
+  using In = typename StatsFinish<T>::Inputs;
+  extern __shared__ uint4 group_smem[];
+  // Offsets in 16-byte units of the uint4 array, so nvcc knows the alignment
+  // (from a byte pointer it read each pack as 16 single bytes).
+  Coef *coef = reinterpret_cast<Coef *>(group_smem + L.coef_offset() / 16);
+  In *inputs = reinterpret_cast<In *>(group_smem + L.inputs_offset() / 16);
+  Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(group_smem + L.tile_offset() / 16);
+  float *parts = reinterpret_cast<float *>(group_smem + L.words_offset(sh.n) / 16);
+  uint32_t *words = reinterpret_cast<uint32_t *>(parts);  // once the parts are merged
+  const int t = int(threadIdx.x), lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
+  const int64_t ch0 = int64_t(blockIdx.x) * L.group, run = int64_t(L.group) * sh.s;
+  // The sample's run starts at element (n * c + ch0) * s.
+  auto run_start = [&](int64_t n) { return (n * sh.c + ch0) * sh.s; };
+  const int p = t % L.run_vectors, r = t / L.run_vectors;
+  // Every copy at once, in kTileGroups groups of the thread's samples. (The
+  // tile is under 227 KiB: its indices are ints.)
+  const int per_thread = r < L.replicas ? int((sh.n - r + L.replicas - 1) / L.replicas) : 0;
+  // The thread's i-th vector: element e0 + i * e_step of x, pack i * v_step of `mine`.
+  const int64_t e0 = run_start(r) + int64_t(p) * VEC, e_step = int64_t(L.replicas) * sh.c * sh.s;
+  Pack<T, VEC> *mine = tile + r * L.run_vectors + p;
+  const int v_step = L.replicas * L.run_vectors;
+#pragma unroll
+  for (int gi = 0; gi < kTileGroups; ++gi) {
+    for (int i = per_thread * gi / kTileGroups; i < per_thread * (gi + 1) / kTileGroups; ++i) {
+      copy_async_16(mine + i * v_step, x + e0 + i * e_step);
+    }
+    async_copies_commit();
+  }
+  if (t < L.group) inputs[t] = stats.load(ch0 + t);
+  __syncthreads();
+  const int k0 = p * VEC / int(sh.s), b = min(VEC, (k0 + 1) * int(sh.s) - p * VEC);
+  const int k1 = b < VEC ? k0 + 1 : k0;  // element j's channel: j < b ? k0 : k1
+  // Statistics as the copies land, in one pass: per element j of the
+  // thread's vectors, the sums of d = x - x_first and d * d (x_first: the
+  // thread's own first value there, so that d stays small; a far outlier
+  // there costs that one thread's part some precision, not the channel's).
+  float x_first[VEC], sum[VEC], sq[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) x_first[j] = sum[j] = sq[j] = 0.0f;
+#pragma unroll
+  for (int gi = 0; gi < kTileGroups; ++gi) {
+    async_copies_wait(kTileGroups - 1 - gi);  // gi unrolled: a constant
+    for (int i = per_thread * gi / kTileGroups; i < per_thread * (gi + 1) / kTileGroups; ++i) {
+      float v[VEC];
+      unpack(mine[i * v_step], v);
+      if (i == 0)  // (the groups before the first with a vector of the thread's may be empty)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) x_first[j] = v[j];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = v[j] - x_first[j];
+        sum[j] += d, sq[j] += d * d;
+      }
+    }
+  }
+  // Element j's (count, mean - center, m2), merged into its channel's state
+  // (center: the channel's first element, as StatsFinish has it).
+  {
+    constexpr int K = Welford::K;
+    float a0[K], a1[K];
+    Welford::identity(a0);
+    Welford::identity(a1);
+    const float count = float(per_thread), inv = per_thread > 0 ? 1.0f / count : 0.0f;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const float center = inputs[j < b ? k0 : k1].shift;
+      const float part[K] = {count, (x_first[j] - center) + sum[j] * inv, fmaxf(0.0f, sq[j] - sum[j] * sum[j] * inv)};
+      if (j < b) Welford::merge(a0, part);
+      else Welford::merge(a1, part);
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) parts[kGroupParts * t + k] = a0[k], parts[kGroupParts * t + K + k] = a1[k];
+  }
+  __syncthreads();
+  for (int k = warp; k < L.group; k += warps) {
+    float a[Welford::K];
+    group_channel_state<VEC>(parts, L, int(sh.s), k, a);
+    if (lane == 0) coef[k] = stats.finish(ch0 + k, a, true, inputs[k]);
+  }
+  __syncthreads();
+  if (mask) {  // the parts' room becomes the mask words'
+    for (int i = t; i < int(sh.n) * L.run_words; i += blockDim.x) words[i] = 0;
+    __syncthreads();
+  }
+  // Normalize the thread's vectors from the tile, U at a time so that U
+  // loads of z are in flight.
+  Coef kj[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) kj[j] = coef[j < b ? k0 : k1];
+  // Vector i's bits: elements e = e0 + i * e_step + j of the run that
+  // starts at e - p * VEC, in sample r + i * R's copy of the words (e is a
+  // multiple of VEC, as runs start at multiples of group * s: one word).
+  uint32_t *my_words = words + r * L.run_words;
+  const int w_step = L.replicas * L.run_words, p_elements = p * VEC;
+  static_assert(kWordBits == 32, "e >> 5 is e's word");
+  constexpr int U = 8;
+  for (int i0 = 0; i0 < per_thread; i0 += U) {
+    Pack<T, VEC> zp[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (z && i0 + u < per_thread) zp[u] = load_global(reinterpret_cast<const Pack<T, VEC> *>(z + e0 + (i0 + u) * e_step));
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + u;
+      if (i < per_thread) {
+        const int64_t e = e0 + i * e_step;
+        float xf[VEC], zf[VEC], out[VEC];
+        unpack(mine[i * v_step], xf);
+        if (z) unpack(zp[u], zf);
+        const uint32_t bits = forward_vector<T>(xf, zf, z != nullptr, do_relu, VEC, [&](int j) { return kj[j]; }, out);
+        store_vec<T, VEC>(y + e, out);
+        if (mask) atomicOr(my_words + i * w_step + int((e >> 5) - ((e - p_elements) >> 5)), bits << (e & 31));
+      }
+    }
+  }
+  if (mask) {
+    __syncthreads();
+    // Thread t writes word t % run_words of samples t / run_words, + 256 / run_words, ...
+    const int wi = t % L.run_words, n_step = kGroupThreads / L.run_words;
+    const int64_t first_step = int64_t(n_step) * sh.c * sh.s;
+    int64_t first = run_start(t / L.run_words);
+    for (int n = t / L.run_words; n < sh.n && t < n_step * L.run_words; n += n_step, first += first_step) {
+      const int64_t end = first + run, w = (first >> 5) + wi, w0 = w * kWordBits;
+      if (w0 >= end) continue;
+      const uint32_t v = words[n * L.run_words + wi];
+      const int lo = int(max(first, w0) - w0);
+      // The tensor's last word: its bits past the end are the run's (zero) too.
+      const int hi = end == sh.numel ? kWordBits : int(min(end, w0 + kWordBits) - w0);
+      if (lo == 0 && hi == kWordBits) {
+        mask[w] = v;
+      } else {
+        const uint32_t own = (hi == kWordBits ? kGateOpen : (1u << hi) - 1u) & ~((1u << lo) - 1u);
+        atomicAnd(mask + w, ~own | (v & own));
+        atomicOr(mask + w, v & own);
+      }
+    }
+  }
+}
+
 // Publishes a block's state of channel ch (kChannelStateFloats, above).
 __device__ __forceinline__ void publish_channel_state(float *block_stats, int ch, const float (&a)[Welford::K]) {
   *reinterpret_cast<float4 *>(block_stats + (int64_t(ch) * gridDim.x + blockIdx.x) * kChannelStateFloats) =
@@ -2405,6 +2617,52 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   return true;
 }
 
+// XVK_BATCH_NORM_GROUPS=0 or =1 overrides where the channels-first training
+// forward runs forward_channel_groups (the kernel must still fit), so the
+// benchmark and the tests can run both; XVK_BATCH_NORM_SINGLE_PASS=1 forces
+// it too where the cooperative single pass does not take the shape, and =0
+// never runs it.
+int channel_groups_override() {
+  static const int value = env_switch("XVK_BATCH_NORM_GROUPS");
+  return value;
+}
+
+// The channels-first training forward as forward_channel_groups, where it
+// fits and the tuning table wants it: 16-byte aligned tensors; groups of the
+// fewest channels whose per-sample runs are whole 16-byte vectors (8 of 7 x
+// 7 in 16-bit, 4 in float32; 2 and 1 of 14 x 14), c a multiple of it, at
+// most a block's vectors a run; one group's planes of every sample in a
+// block's shared memory. The table gives the largest such tile and asks for
+// a grid of one wave (sm90_batch_norm.cpp has the measurements). Returns
+// false (and launches nothing) otherwise.
+template <class T>
+bool channel_groups(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan &p, const StatsFinish<T> &stats,
+                    xvk_status_t &status) {
+  if (p.channels_last || p.apply_vec == 1) return false;
+  const int override = channel_groups_override(), single = single_pass_override();
+  if (override == 0 || (override < 0 && single == 0)) return false;
+  constexpr int VEC = kMaxVec<T>;
+  const Shape &sh = p.sh;
+  const int64_t plane_bytes = sh.s * int64_t(sizeof(T));
+  const int group = int(kVectorBytes / std::gcd(plane_bytes, int64_t(kVectorBytes)));
+  const int64_t run_vectors = group * plane_bytes / kVectorBytes;
+  if (sh.c % group != 0 || sh.s < VEC || run_vectors > kGroupThreads) return false;
+  const GroupLayout layout{group, int(run_vectors), int(kGroupThreads / run_vectors), GroupLayout::words_of(group * sh.s)};
+  const size_t smem = layout.bytes(sh.n, a.mask != nullptr);
+  if (smem + kSharedReserve > size_t(ctx.info->max_smem_per_block)) return false;
+  auto kernel = forward_channel_groups<T, VEC>;
+  const int resident = ctx.blocks_per_sm(kernel, kGroupThreads, smem);  // also allows the kernel its shared memory
+  if (override < 0 && single != 1) {
+    const int64_t tile_bytes = sh.n * run_vectors * kVectorBytes, groups = sh.c / group;
+    const int max_kib = batch_norm_groups_max_tile_kib(ctx.info->table->batch_norm, int(sizeof(T)));
+    if (tile_bytes > int64_t(max_kib) * 1024 || groups > int64_t(resident) * ctx.info->sm_count) return false;
+  }
+  status = launch_kernel(ctx, "batch_norm forward (channel groups)", kernel, dim3(unsigned(sh.c / group)),
+                         dim3(kGroupThreads), smem, sh, static_cast<const T *>(a.x), static_cast<const T *>(a.z),
+                         static_cast<T *>(a.y), a.mask, a.relu, stats, layout);
+  return true;
+}
+
 template <class T>
 xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
   const Plan p = make_plan<T>(a.n, a.c, a.s, a.channels_last, {a.x, a.z, a.y});
@@ -2416,6 +2674,7 @@ xvk_status_t forward_typed(Context &ctx, const xvk_batch_norm_forward_args &a) {
                               double(a.n) * double(a.s),  a.gamma,      a.beta,        a.running_mean,
                               a.running_var,              a.saved_mean, a.saved_rstd,  nullptr};
     if (single_pass<T>(ctx, a, p, base, status)) return status;
+    if (channel_groups<T>(ctx, a, p, base, status)) return status;
     // Channels-first statistics over planes that are not whole vectors but
     // whole half vectors (14 x 14 in 16-bit) read half vectors: the ragged
     // kernel's per-element selects cost more than the narrower loads (H200,

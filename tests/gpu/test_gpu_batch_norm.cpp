@@ -922,6 +922,40 @@ TEST_CASE("batch_norm: channels-first planes of no whole vector with N >= 64 (st
     for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));
 }
 
+// Every dtype: a large-offset case (float32 means near 1e4 with std 1e-2,
+// 16-bit near 100) of shape `offset`, and a NaN case of shape `nan`.
+void run_offset_and_nan_cases(const Dims &offset, Mem offset_mem, const Dims &nan, Mem nan_mem) {
+  for (DType t : kAllDtypes) {
+    Case k = make_case(t, offset.n, offset.c, offset.spatial, offset_mem, 1);
+    if (t == DType::f32) k.mean = 1e4, k.sd = 1e-2, k.epsilon = 1e-5f;
+    else k.mean = 100;
+    run_case(k);
+    Case n = make_case(t, nan.n, nan.c, nan.spatial, nan_mem, 4);
+    n.nan = true;
+    run_case(n);
+  }
+}
+
+TEST_CASE("batch_norm: channels-first shapes of the channel-group forward (whole channels a block)") {
+  // forward_channel_groups: groups of the fewest channels whose per-sample
+  // runs are whole 16-byte vectors (16-bit: 8 channels of 7 x 7, 5 x 5 or
+  // 3 x 3, 4 of 1 x 10, 2 of 14 x 14, 1 of 6 x 4 or 8 x 8; float32: 4, 4, 4,
+  // 2, 1, 1, 1), so a vector holds two channels' elements and the runs' first
+  // and last mask words are shared with the neighbouring groups' blocks; odd
+  // N; tensors whose end is not a whole mask word; a group's planes in about
+  // 200 KB of shared memory (256 x 16 x 7 x 7 in 16-bit, 256 x 2 x 14 x 14 in
+  // float32: two passes as tuned). As tuned the kernel takes the rest of
+  // them; under XVK_BATCH_NORM_GROUPS=1 all, under =0 none (bench/run_on_gpu.sh
+  // bntest runs both).
+  const std::vector<Dims> shapes = {{97, 16, {7, 7}}, {33, 6, {14, 14}}, {5, 24, {3, 3}},   {3, 40, {5, 5}},
+                                    {200, 8, {1, 10}}, {50, 7, {6, 4}},  {40, 3, {8, 8}},   {256, 16, {7, 7}},
+                                    {256, 2, {14, 14}}};
+  int i = 0;
+  for (DType t : kAllDtypes)
+    for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));
+  run_offset_and_nan_cases({9, 16, {7, 7}}, Mem::first, {9, 16, {7, 7}}, Mem::first);
+}
+
 TEST_CASE("batch_norm: channels-first gradient sums by spans with many samples per block") {
   // The shapes above give reduce_spans one sample per block (as many parts
   // as samples); these give its blocks (a wave of them) 2 to ~40 samples: full
@@ -944,15 +978,7 @@ TEST_CASE("batch_norm: channels-last shapes of the single-pass forward (rows of 
   for (DType t : kAllDtypes)
     for (Mem mem : {Mem::last, Mem::nhwc})
       for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, mem, i++));
-  for (DType t : kAllDtypes) {
-    Case k = make_case(t, 4, 32, {7, 7}, Mem::nhwc, 1);
-    if (t == DType::f32) k.mean = 1e4, k.sd = 1e-2, k.epsilon = 1e-5f;
-    else k.mean = 100;
-    run_case(k);
-    Case n = make_case(t, 4, 16, {7, 7}, Mem::last, 4);
-    n.nan = true;
-    run_case(n);
-  }
+  run_offset_and_nan_cases({4, 32, {7, 7}}, Mem::nhwc, {4, 16, {7, 7}}, Mem::last);
 }
 
 TEST_CASE("batch_norm: channels-last shapes of the held single pass (rows of 64 to 1024 vectors)") {

@@ -132,6 +132,22 @@ extern const BatchNormTuning kBatchNormSm90;
 // but for 32x32x112x112 (0.91x, one case); Add+ReLU forwards (z read as
 // well) 0.98-1.09x (256x2048x7x7 16-bit 1.03-1.05). So 16-bit from 32 to
 // 64 MiB, and only without z (batch_norm.cu, single_pass); fp32 never.
+//
+// The channel-group forward (forward_channel_groups, channels-first
+// training forwards; groups_max_tile_kib): H200, 2026-12-04 (session 55;
+// bench/results/h200-2026-12-04-session55-trials.txt), XVK_BATCH_NORM_GROUPS=1
+// against =0 (two passes), best of two, bn+relu and bn+add+relu forwards: a
+// grid of one wave with tiles of 12.5-75 KB a block, 7 x 7 (16 x 1024, 32 x
+// 2048, 64 x 512, 64 x 1024, 64 x 2048, 96 x 2048) 16-bit 0.68-0.90x the
+// time, float32 0.76-0.98x; 8 x 64 x 28 x 28 0.90-0.98x, 32 x 256 x 28 x 28
+// 0.92-1.02x. Slower: grids of more than a wave (16 x 1024 x 14 x 14 16-bit,
+// 512 blocks of 12.5 KB, 1.14-1.20x; 64 x 1024 x 14 x 14 float32 1.03-1.09x,
+// though 16-bit 0.88-0.93x) and tiles of 100 KB or more (64 x 256 x 28 x 28
+// 16-bit 0.96-1.05x; at 256 x 2048 x 7 x 7 and 256 x 1024 x 14 x 14 16-bit
+// no form tried was faster: 1.00x at best, with 8-byte runs of 100 KB and
+// clusters of 2 or 4 blocks sharing a group's samples among the forms). So
+// one wave and at most 80 KiB: in the same results, 40 cases taken at
+// 0.65-1.00x (geometric mean 0.81), the other 44 unchanged.
 constexpr int64_t kMiB = int64_t(1) << 20;
 constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
@@ -144,10 +160,12 @@ const BatchNormTuning kBatchNormSm90 = {
     {{64 * kMiB, 64 * kMiB}, {0, 256 * kMiB}},
     {{32 * kMiB, 32 * kMiB}, {32 * kMiB, 32 * kMiB}},
     {{{0, 32}, {32, 0}}, {{0, 0}, {32, 0}}},
+    {80, 80},
     "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
     "channels, two passes channels-first, the held single pass 16-bit from 32 to 64 MiB without z; "
     "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "
     "never channels-last 16-bit; H100: pass 2's last-use loads up to 32 MiB; H200: training pass 2 stages rows in "
-    "32 KiB channels-last 16-bit and, forward only, channels-first fp32"};
+    "32 KiB channels-last 16-bit and, forward only, channels-first fp32; channels-first training forwards as "
+    "channel groups in one wave of tiles up to 80 KiB"};
 
 }  // namespace xvk::gpu

@@ -329,6 +329,10 @@ bool batch_norm_held_pass_wanted(const BatchNormTuning *t, int element_bytes, in
   return bytes >= t->held_min_bytes[wide] && bytes <= t->held_max_bytes[wide];
 }
 
+int batch_norm_groups_max_tile_kib(const BatchNormTuning *t, int element_bytes) {
+  return t ? t->groups_max_tile_kib[element_bytes == 4 ? 1 : 0] : 0;
+}
+
 int batch_norm_rows_per_thread(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes) {
   if (!t) return 0;
   const int order = channels_last ? 1 : 0, wide = element_bytes == 4 ? 1 : 0;

@@ -311,6 +311,11 @@ struct BatchNormTuning {
   // KiB of shared memory per block while it waits for finalize (batch_norm.cu,
   // Staging); [backward][channels_last][4-byte elements], 0: never.
   int pass2_stage_kib[2][2][2];
+  // The channels-first training forward runs as one kernel of channel groups
+  // (forward_channel_groups: x read once, each block a group of whole
+  // channels) where it fits, its grid is one wave and a block's tile of x is
+  // at most this many KiB; [4-byte elements]; 0: never.
+  int groups_max_tile_kib[2];
   const char *source;  // the measurement behind the numbers
 };
 
@@ -332,6 +337,11 @@ int batch_norm_rows_per_thread(const BatchNormTuning *t, bool channels_last, int
 // Whether BatchNorm's pass 2 reads with last-use loads on an activation of
 // `bytes`. NULL table: never.
 bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes);
+
+// The largest tile (KiB a block) with which the table asks for the
+// channels-first training forward as channel groups (batch_norm.cu checks the
+// rest), or 0. NULL table: 0.
+int batch_norm_groups_max_tile_kib(const BatchNormTuning *t, int element_bytes);
 
 // KiB of shared memory per block in which BatchNorm's training pass 2 stages
 // rows while finalize runs, or 0. NULL table: 0.
