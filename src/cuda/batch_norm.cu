@@ -1656,12 +1656,12 @@ __global__ void __launch_bounds__(kSinglePassThreads)
 // its channels into shared memory, takes their statistics there and
 // normalizes from there, so x is read once, no step is grid-wide (each
 // channel is one block's) and there is no workspace. Where the two passes'
-// three kernels cost more than their bytes (tensors of a few to ~40 MB at 7
-// x 7; the table's rule) it takes 0.65-1.00x their time; where a block's
-// tile takes half an SM's shared memory or more, the SM's phases (copy,
-// sums, normalize) do not overlap enough, and no form of it tried was faster
-// than the two passes (H200, 256 x 2048 x 7 x 7 16-bit: 1.00x at best;
-// sm90_batch_norm.cpp).
+// three kernels cost more than their bytes (the table's rule takes tensors
+// of up to about 20 MB at 7 x 7) it takes 0.65-1.00x their time; where a
+// block's tile takes half an SM's shared memory or more, the SM's phases
+// (copy, sums, normalize) do not overlap enough, and no form of it tried
+// was faster than the two passes (H200, 256 x 2048 x 7 x 7 16-bit: 1.00x at
+// best; sm90_batch_norm.cpp).
 // A sample's run of the group's planes (group * s elements at (n * c + first
 // channel) * s) is whole 16-byte vectors, at most a block's (run_vectors):
 // thread t keeps position p = t % run_vectors of the run in samples r, r +
