@@ -1657,7 +1657,7 @@ __global__ void __launch_bounds__(kSinglePassThreads)
 // normalizes from there, so x is read once, no step is grid-wide (each
 // channel is one block's) and there is no workspace. Where the two passes'
 // three kernels cost more than their bytes (the table's rule takes tensors
-// of up to about 20 MB at 7 x 7) it takes 0.65-1.00x their time; where a
+// of up to about 20 MB at 7 x 7) it takes 0.66-1.04x their time; where a
 // block's tile takes half an SM's shared memory or more, the SM's phases
 // (copy, sums, normalize) do not overlap enough, and no form of it tried
 // was faster than the two passes (H200, 256 x 2048 x 7 x 7 16-bit: 1.00x at
@@ -1669,11 +1669,10 @@ __global__ void __launch_bounds__(kSinglePassThreads)
 // each of its vectors is always of the same channel (k0 below element b, k0
 // + 1 from it; s >= VEC): its sums and coefficients are per element j, in
 // registers, with no per-element choice of channel.
-// Statistics in one pass, as the copies land: per element j, the sums of d =
-// x - x_first and d * d (x_first: the thread's own first value there), so
-// the thread's (count, mean, m2) per j; merged per thread and channel part,
-// then per channel over the threads in a fixed order (the same bits every
-// run). The mask: each vector's bits are ORed into a copy of the run's words
+// Statistics in one pass, as the copies land: per element j, Welford's
+// (count, mean, m2) of x - the channel's first element; merged per thread
+// and channel part, then per channel over the threads in a fixed order (the
+// same bits every run). The mask: each vector's bits are ORed into a copy of the run's words
 // in shared memory, written out whole; the first and last words of a run,
 // which neighbouring blocks share, are updated by atomics on their own bits
 // only (AND then OR), whatever the word held. Shared memory: coefficients,
@@ -1754,40 +1753,36 @@ __global__ void __launch_bounds__(kGroupThreads, kGroupMinBlocks)
   const int k0 = p * VEC / int(sh.s), b = min(VEC, (k0 + 1) * int(sh.s) - p * VEC);
   const int k1 = b < VEC ? k0 + 1 : k0;  // element j's channel: j < b ? k0 : k1
   // Statistics as the copies land, in one pass: per element j of the
-  // thread's vectors, the sums of d = x - x_first and d * d (x_first: the
-  // thread's own first value there, so that d stays small; a far outlier
-  // there costs that one thread's part some precision, not the channel's).
-  float x_first[VEC], sum[VEC], sq[VEC];
+  // thread's vectors, Welford's running mean and m2 of d = x - center
+  // (center: the channel's first element, as StatsFinish has it). All j
+  // have the same count, so vector i's weight 1 / (i + 1) is one division.
+  constexpr int K = Welford::K;
+  float center[VEC], mean[VEC], m2[VEC];
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) x_first[j] = sum[j] = sq[j] = 0.0f;
+  for (int j = 0; j < VEC; ++j) center[j] = inputs[j < b ? k0 : k1].shift, mean[j] = m2[j] = 0.0f;
 #pragma unroll
   for (int gi = 0; gi < kTileGroups; ++gi) {
     async_copies_wait(kTileGroups - 1 - gi);  // gi unrolled: a constant
     for (int i = per_thread * gi / kTileGroups; i < per_thread * (gi + 1) / kTileGroups; ++i) {
       float v[VEC];
       unpack(mine[i * v_step], v);
-      if (i == 0)  // (the groups before the first with a vector of the thread's may be empty)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) x_first[j] = v[j];
+      const float w = 1.0f / float(i + 1);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        const float d = v[j] - x_first[j];
-        sum[j] += d, sq[j] += d * d;
+        const float d = v[j] - center[j], delta = d - mean[j];
+        mean[j] += delta * w;
+        m2[j] += delta * (d - mean[j]);
       }
     }
   }
-  // Element j's (count, mean - center, m2), merged into its channel's state
-  // (center: the channel's first element, as StatsFinish has it).
+  // Element j's (count, mean, m2), merged into its channel's part.
   {
-    constexpr int K = Welford::K;
     float a0[K], a1[K];
     Welford::identity(a0);
     Welford::identity(a1);
-    const float count = float(per_thread), inv = per_thread > 0 ? 1.0f / count : 0.0f;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const float center = inputs[j < b ? k0 : k1].shift;
-      const float part[K] = {count, (x_first[j] - center) + sum[j] * inv, fmaxf(0.0f, sq[j] - sum[j] * sum[j] * inv)};
+      const float part[K] = {float(per_thread), mean[j], m2[j]};
       if (j < b) Welford::merge(a0, part);
       else Welford::merge(a1, part);
     }
