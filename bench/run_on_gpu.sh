@@ -19,7 +19,8 @@
 #              staging forced on and off (XVK_BATCH_NORM_STAGE=1, =0), and once with the channels-first gradient
 #              sums by columns instead of by spans (XVK_BATCH_NORM_SPANS=0), and twice with the held single pass
 #              forced, holding nothing and 16 KiB a block (XVK_BATCH_NORM_HELD_KIB=0, =16), and once with the
-#              channels-first channel-group forward forced (XVK_BATCH_NORM_GROUPS=1)
+#              channels-first channel-group forward forced (XVK_BATCH_NORM_GROUPS=1) and its streamed form forced
+#              (XVK_BATCH_NORM_GROUPS=2)
 #   bnsanitize the BatchNorm GPU suite under compute-sanitizer memcheck and racecheck
 #   l2ahead    the wide-row forwards with the block kernels' next-row L2 request as the rule says and forced
 #              off (XVK_L2_ROW_AHEAD=0), alternated twice; times side by side
@@ -113,9 +114,11 @@ for stage in "$@"; do
         echo "XVK_BATCH_NORM_SINGLE_PASS=1 XVK_BATCH_NORM_HELD_KIB=$kib exit $?"; tail -3 "$log_file"
       done
       # The channel-group forward on every channels-first case it takes (the cooperative single pass
-      # takes some of them under XVK_BATCH_NORM_SINGLE_PASS=1).
-      XVK_BATCH_NORM_GROUPS=1 XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/test_gpu_batch_norm >"$OUT/bn-test-groups-1.log" 2>&1
-      echo "XVK_BATCH_NORM_GROUPS=1 exit $?"; tail -3 "$OUT/bn-test-groups-1.log" ;;
+      # takes some of them under XVK_BATCH_NORM_SINGLE_PASS=1), then its streamed form (16-bit without z).
+      for g in 1 2; do
+        XVK_BATCH_NORM_GROUPS=$g XVK_BACKEND_PATH=$PWD/$BUILD/lib $BUILD/bin/test_gpu_batch_norm >"$OUT/bn-test-groups-$g.log" 2>&1
+        echo "XVK_BATCH_NORM_GROUPS=$g exit $?"; tail -3 "$OUT/bn-test-groups-$g.log"
+      done ;;
     bnsanitize)
       log bnsanitize
       for tool in memcheck racecheck; do

@@ -32,7 +32,9 @@
 // tiles, keeping what they hold and reading the rest twice. Channels-first,
 // forward_channel_groups runs the training forward as one ordinary kernel
 // whose blocks each hold a few whole channels (every sample's planes of
-// them), where the table says. Like every
+// them), where the table says; for larger tiles (16-bit, no z),
+// forward_channel_groups_streamed's persistent blocks walk such groups,
+// copying the next while they write the last. Like every
 // kernel, finalize and pass 2 start by launch_kernel (programmatic dependent
 // launch on sm_90): launched while the kernel before them drains, not after (H200: 256x2048x7x7 NCHW fp16 bn+relu forward 60.7
 // -> 57.6 us, (16, 32, 112, 112) fp16 backward 29.2 -> 25.9 us). Letting them
@@ -1661,7 +1663,8 @@ __global__ void __launch_bounds__(kSinglePassThreads)
 // block's tile takes half an SM's shared memory or more, the SM's phases
 // (copy, sums, normalize) do not overlap enough, and no form of it tried
 // was faster than the two passes (H200, 256 x 2048 x 7 x 7 16-bit: 1.00x at
-// best; sm90_batch_norm.cpp).
+// best; sm90_batch_norm.cpp): forward_channel_groups_streamed, below, takes
+// those in 16-bit without z.
 // A sample's run of the group's planes (group * s elements at (n * c + first
 // channel) * s) is whole 16-byte vectors, at most a block's (run_vectors):
 // thread t keeps position p = t % run_vectors of the run in samples r, r +
@@ -1682,19 +1685,40 @@ constexpr int kGroupThreads = 256, kGroupMinBlocks = 2;
 constexpr int kGroupParts = 2 * Welford::K;  // a thread's states of its two channels
 struct GroupLayout {
   int group, run_vectors, replicas, run_words;  // run_words: words a run's bits touch, at most
+  int threads = kGroupThreads;                  // the block's
+  int input_sets = 1;                           // StatsFinish inputs of this many groups
   __host__ __device__ static int words_of(int64_t run_elements) { return int((run_elements + kWordBits - 1) / kWordBits) + 1; }
   __host__ __device__ size_t coef_offset() const { return 0; }
   __host__ __device__ size_t inputs_offset() const { return size_t(group) * 16; }
   __host__ __device__ size_t tile_offset() const {
-    return inputs_offset() + (size_t(group) * sizeof(StatsFinish<float>::Inputs) + 15) / 16 * 16;
+    return inputs_offset() + (size_t(input_sets) * group * sizeof(StatsFinish<float>::Inputs) + 15) / 16 * 16;
   }
   // The threads' states (kGroupParts floats each), then the mask words, in one room.
   __host__ __device__ size_t words_offset(int64_t n) const { return tile_offset() + size_t(n) * run_vectors * 16; }
   __host__ __device__ size_t bytes(int64_t n, bool mask) const {
-    const size_t parts = size_t(kGroupThreads) * kGroupParts * 4, bits = mask ? size_t(n) * run_words * 4 : 0;
+    const size_t parts = size_t(threads) * kGroupParts * 4, bits = mask ? size_t(n) * run_words * 4 : 0;
     return words_offset(n) + (parts > bits ? parts : bits);
   }
 };
+
+// The block's shared memory as GroupLayout places it: coefficients, finish's
+// inputs, the tile, the threads' states. Offsets in 16-byte units of the
+// uint4 array, so nvcc knows the alignment (from a byte pointer it read each
+// pack as 16 single bytes).
+template <class T, int VEC>
+struct GroupSmem {
+  Coef *coef;
+  typename StatsFinish<T>::Inputs *inputs;
+  Pack<T, VEC> *tile;
+  float *parts;
+};
+template <class T, int VEC>
+__device__ __forceinline__ GroupSmem<T, VEC> group_smem_of(uint4 *smem, const GroupLayout &L, int64_t n) {
+  return {reinterpret_cast<Coef *>(smem + L.coef_offset() / 16),
+          reinterpret_cast<typename StatsFinish<T>::Inputs *>(smem + L.inputs_offset() / 16),
+          reinterpret_cast<Pack<T, VEC> *>(smem + L.tile_offset() / 16),
+          reinterpret_cast<float *>(smem + L.words_offset(n) / 16)};
+}
 
 // Channel k's state merged from the threads' (parts + kGroupParts * u: the
 // state of channel k0(u), then of k0(u) + 1): warp k % warps, its lanes over
@@ -1715,21 +1739,49 @@ __device__ __forceinline__ void group_channel_state(const float *parts, const Gr
   warp_merge<Welford>(a, kWarpSize);
 }
 
+// A thread's per-element states (count per_thread, mean[j], m2[j]) merged
+// into the parts of its two channels (element j < b is of the first).
+template <int VEC>
+__device__ __forceinline__ void write_thread_parts(float *parts, int per_thread, const float (&mean)[VEC],
+                                                   const float (&m2)[VEC], int b) {
+  constexpr int K = Welford::K;
+  float a0[K], a1[K];
+  Welford::identity(a0);
+  Welford::identity(a1);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float part[K] = {float(per_thread), mean[j], m2[j]};
+    if (j < b) Welford::merge(a0, part);
+    else Welford::merge(a1, part);
+  }
+  float *mine = parts + kGroupParts * int(threadIdx.x);
+#pragma unroll
+  for (int k = 0; k < K; ++k) mine[k] = a0[k], mine[K + k] = a1[k];
+}
+
+// The group's channels' coefficients (and statistics outputs) from the
+// threads' parts: warp k % warps merges channel k.
+template <int VEC, class T>
+__device__ __forceinline__ void group_coefficients(const float *parts, const GroupLayout &L, int s,
+                                                   const StatsFinish<T> &stats, int64_t ch0,
+                                                   const typename StatsFinish<T>::Inputs *inputs, Coef *coef) {
+  const int warps = int(blockDim.x) / kWarpSize;
+  for (int k = warp_id(); k < L.group; k += warps) {
+    float a[Welford::K];
+    group_channel_state<VEC>(parts, L, s, k, a);
+    if (lane_id() == 0) coef[k] = stats.finish(ch0 + k, a, true, inputs[k]);
+  }
+}
+
 template <class T, int VEC>
 __global__ void __launch_bounds__(kGroupThreads, kGroupMinBlocks)
     forward_channel_groups(Shape sh, const T *x, const T *z, T *y, uint32_t *mask, int do_relu, StatsFinish<T> stats,
                            GroupLayout L) {
   wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
-  using In = typename StatsFinish<T>::Inputs;
   extern __shared__ uint4 group_smem[];
-  // Offsets in 16-byte units of the uint4 array, so nvcc knows the alignment
-  // (from a byte pointer it read each pack as 16 single bytes).
-  Coef *coef = reinterpret_cast<Coef *>(group_smem + L.coef_offset() / 16);
-  In *inputs = reinterpret_cast<In *>(group_smem + L.inputs_offset() / 16);
-  Pack<T, VEC> *tile = reinterpret_cast<Pack<T, VEC> *>(group_smem + L.tile_offset() / 16);
-  float *parts = reinterpret_cast<float *>(group_smem + L.words_offset(sh.n) / 16);
+  const auto [coef, inputs, tile, parts] = group_smem_of<T, VEC>(group_smem, L, sh.n);
   uint32_t *words = reinterpret_cast<uint32_t *>(parts);  // once the parts are merged
-  const int t = int(threadIdx.x), lane = lane_id(), warp = warp_id(), warps = int(blockDim.x) / kWarpSize;
+  const int t = int(threadIdx.x);
   const int64_t ch0 = int64_t(blockIdx.x) * L.group, run = int64_t(L.group) * sh.s;
   // The sample's run starts at element (n * c + ch0) * s.
   auto run_start = [&](int64_t n) { return (n * sh.c + ch0) * sh.s; };
@@ -1756,7 +1808,6 @@ __global__ void __launch_bounds__(kGroupThreads, kGroupMinBlocks)
   // thread's vectors, Welford's running mean and m2 of d = x - center
   // (center: the channel's first element, as StatsFinish has it). All j
   // have the same count, so vector i's weight 1 / (i + 1) is one division.
-  constexpr int K = Welford::K;
   float center[VEC], mean[VEC], m2[VEC];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) center[j] = inputs[j < b ? k0 : k1].shift, mean[j] = m2[j] = 0.0f;
@@ -1776,25 +1827,9 @@ __global__ void __launch_bounds__(kGroupThreads, kGroupMinBlocks)
     }
   }
   // Element j's (count, mean, m2), merged into its channel's part.
-  {
-    float a0[K], a1[K];
-    Welford::identity(a0);
-    Welford::identity(a1);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const float part[K] = {float(per_thread), mean[j], m2[j]};
-      if (j < b) Welford::merge(a0, part);
-      else Welford::merge(a1, part);
-    }
-#pragma unroll
-    for (int k = 0; k < K; ++k) parts[kGroupParts * t + k] = a0[k], parts[kGroupParts * t + K + k] = a1[k];
-  }
+  write_thread_parts<VEC>(parts, per_thread, mean, m2, b);
   __syncthreads();
-  for (int k = warp; k < L.group; k += warps) {
-    float a[Welford::K];
-    group_channel_state<VEC>(parts, L, int(sh.s), k, a);
-    if (lane == 0) coef[k] = stats.finish(ch0 + k, a, true, inputs[k]);
-  }
+  group_coefficients<VEC>(parts, L, int(sh.s), stats, ch0, inputs, coef);
   __syncthreads();
   if (mask) {  // the parts' room becomes the mask words'
     for (int i = t; i < int(sh.n) * L.run_words; i += blockDim.x) words[i] = 0;
@@ -1853,6 +1888,147 @@ __global__ void __launch_bounds__(kGroupThreads, kGroupMinBlocks)
       }
     }
   }
+}
+
+// forward_channel_groups for 16-bit tiles of half an SM's shared memory or
+// more (n >= 128 at 7 x 7 and 14 x 14), where a block an SM ran its copy,
+// sums and normalize one after another: persistent blocks of
+// kStreamThreads walk groups blockIdx.x, + gridDim.x, ..., and each thread
+// refills a vector of its tile with the next group's as soon as it has
+// normalized it (the vectors are its own: no barrier), so the next group's
+// copies land while this one's outputs are written, and adds each chunk of
+// them to the next group's sums one chunk later, so only the last chunk's
+// sums and the merge stand between two groups. H200, against the two
+// passes: 256 x 2048 x 7 x 7 bn+relu forward fp16 55.9 -> 47.6 us (0.85x);
+// without the overlapped sums 0.91x; one group a block (nothing overlapped)
+// 1.00x (bench/results/h200-2026-12-04-session56-trials.txt). The mask: a 16-bit vector's 8 bits are one byte of
+// the mask (little-endian words; runs start at multiples of 8 elements),
+// stored as a byte: no shared words, no atomics. Not with z: its loads,
+// through registers, made the Add+ReLU forward 1.01-1.37x the two passes'
+// time in the forms tried.
+constexpr int kStreamThreads = 512;
+template <class T, int VEC>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    forward_channel_groups_streamed(Shape sh, const T *x, T *y, uint32_t *mask, int do_relu,
+                                    StatsFinish<T> stats, GroupLayout L) {
+  static_assert(VEC == 8 && sizeof(T) == 2, "a vector's mask bits are one byte");
+  wait_for_prior_kernel();  // launch_kernel: the launch may overlap the previous kernel
+  using In = typename StatsFinish<T>::Inputs;
+  extern __shared__ uint4 group_smem[];
+  // (Structured bindings, which the lambdas below must not capture: C++17.)
+  const auto [coef, inputs, tile, parts] = group_smem_of<T, VEC>(group_smem, L, sh.n);
+  uint8_t *mask_bytes = reinterpret_cast<uint8_t *>(mask);
+  const int t = int(threadIdx.x);
+  const int64_t groups = sh.c / L.group, group_elements = int64_t(L.group) * sh.s;
+  const int p = t % L.run_vectors, r = t / L.run_vectors;
+  const int per_thread = r < L.replicas ? int((sh.n - r + L.replicas - 1) / L.replicas) : 0;
+  // The thread's i-th vector of group g: element e0 + g * group_elements + i * e_step of x, pack i * v_step of `mine`.
+  const int64_t e0 = r * sh.c * sh.s + int64_t(p) * VEC, e_step = int64_t(L.replicas) * sh.c * sh.s;
+  Pack<T, VEC> *mine = tile + r * L.run_vectors + p;
+  const int v_step = L.replicas * L.run_vectors;
+  // Copies go in kTileGroups chunks of the thread's vectors, so the sums start on the first as the rest land.
+  auto chunk_end = [&](int k) { return per_thread * (k + 1) / kTileGroups; };
+  int64_t g = blockIdx.x;
+  {
+    const T *src = x + e0 + g * group_elements;
+    int i = 0;
+#pragma unroll
+    for (int k = 0; k < kTileGroups; ++k) {
+      for (; i < chunk_end(k); ++i) copy_async_16(mine + i * v_step, src + i * e_step);
+      async_copies_commit();
+    }
+  }
+  const int k0 = p * VEC / int(sh.s), b = min(VEC, (k0 + 1) * int(sh.s) - p * VEC);
+  const int k1 = b < VEC ? k0 + 1 : k0;  // element j's channel: j < b ? k0 : k1
+  // Statistics as the copies land: per element j of the thread's vectors,
+  // Welford's running mean and m2 of d = x - center (center: the channel's
+  // first element, as StatsFinish has it), vector i weighing 1 / (i + 1).
+  float center[VEC], mean[VEC], m2[VEC];
+  auto start_sums = [&](const In *in) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) center[j] = in[j < b ? k0 : k1].shift, mean[j] = m2[j] = 0.0f;
+  };
+  auto add_chunk = [&](int k) {
+    for (int i = k == 0 ? 0 : chunk_end(k - 1); i < chunk_end(k); ++i) {
+      float v[VEC];
+      unpack(mine[i * v_step], v);
+      const float w = __frcp_rn(float(i + 1));  // 1 / (i + 1), correctly rounded, no division's slow path
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = v[j] - center[j], delta = d - mean[j];
+        mean[j] += delta * w;
+        m2[j] += delta * (d - mean[j]);
+      }
+    }
+  };
+  // inputs[2][group]: the current group's and the next's (thread t < group loads its channel's a group ahead).
+  if (t < L.group) inputs[t] = stats.load(g * L.group + t);
+  __syncthreads();
+  start_sums(inputs);
+#pragma unroll
+  for (int k = 0; k < kTileGroups; ++k) {
+    async_copies_wait(kTileGroups - 1 - k);  // k unrolled: a constant
+    add_chunk(k);
+  }
+  for (int parity = 0; g < groups; g += gridDim.x, parity ^= 1) {
+    const int64_t ch0 = g * L.group, base = e0 + g * group_elements, next = g + gridDim.x;
+    const bool has_next = next < groups;
+    In *in = inputs + parity * L.group, *in_next = inputs + (parity ^ 1) * L.group;
+    In next_inputs{};
+    if (t < L.group && has_next) next_inputs = stats.load(next * L.group + t);
+    // The sums of the group's last chunk (the earlier ones were added while
+    // the last group was normalized), then the block's per channel.
+    async_copies_wait<0>();
+    if (g != blockIdx.x) add_chunk(kTileGroups - 1);
+    write_thread_parts<VEC>(parts, per_thread, mean, m2, b);
+    __syncthreads();
+    group_coefficients<VEC>(parts, L, int(sh.s), stats, ch0, in, coef);
+    if (t < L.group && has_next) in_next[t] = next_inputs;
+    __syncthreads();
+    // Element j's coefficients (the forward's three: 8 registers fewer than
+    // whole Coefs).
+    float cj[VEC], aj[VEC], bj[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const Coef c = coef[j < b ? k0 : k1];
+      cj[j] = c.center, aj[j] = c.a, bj[j] = c.b;
+    }
+    // Normalize chunk by chunk, each vector's slot then taking the next
+    // group's copy; once chunk k's copies are started, the sums of the next
+    // group's chunk k - 1 (started a chunk earlier).
+    const T *src = x + e0 + next * group_elements;
+    auto normalize = [&](int i, auto refill) {
+      const int64_t e = base + int64_t(i) * e_step;
+      float xf[VEC], out[VEC];
+      unpack(mine[i * v_step], xf);
+      const uint32_t bits = forward_vector<T>(xf, xf, false, do_relu, VEC,
+                                              [&](int j) { return Coef{cj[j], aj[j], bj[j], 0.0f}; }, out);
+      // One 16-byte store, through the helper (a Pack assigned here became
+      // eight 2-byte stores, a uint4 four 4-byte ones).
+      store_vec_streaming<T, VEC>(y + e, out);
+      if (mask) mask_bytes[e >> 3] = uint8_t(bits);
+      // After the store that used it (in order): the slot's next copy.
+      if constexpr (decltype(refill)::value) copy_async_16(mine + i * v_step, src + int64_t(i) * e_step);
+    };
+    if (has_next) {
+      start_sums(in_next);
+#pragma unroll
+      for (int k = 0; k < kTileGroups; ++k) {
+        for (int i = k == 0 ? 0 : chunk_end(k - 1); i < chunk_end(k); ++i) normalize(i, std::true_type{});
+        async_copies_commit();
+        if (k > 0) {
+          async_copies_wait<1>();
+          add_chunk(k - 1);
+        }
+      }
+    } else {
+      for (int i = 0; i < per_thread; ++i) normalize(i, std::false_type{});
+    }
+  }
+  // The tensor's last mask word: its bytes past the end are 0 (this block
+  // wrote the last group's).
+  if (mask && t == 0 && (groups - 1) % gridDim.x == blockIdx.x)
+    for (int64_t q = sh.numel / 8; q % int64_t(sizeof(uint32_t)) != 0; ++q) mask_bytes[q] = 0;
 }
 
 // Publishes a block's state of channel ch (kChannelStateFloats, above).
@@ -2612,24 +2788,64 @@ bool single_pass(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan 
   return true;
 }
 
-// XVK_BATCH_NORM_GROUPS=0 or =1 overrides where the channels-first training
-// forward runs forward_channel_groups (the kernel must still fit), so the
-// benchmark and the tests can run both; XVK_BATCH_NORM_SINGLE_PASS=1 forces
-// it too where the cooperative single pass does not take the shape, and =0
-// never runs it.
+// XVK_BATCH_NORM_GROUPS overrides where the channels-first training forward
+// runs as channel groups (the kernel must still fit), so the benchmark and
+// the tests can run each form: =0 never, =1 forward_channel_groups, =2
+// forward_channel_groups_streamed (16-bit without z; the others
+// forward_channel_groups). XVK_BATCH_NORM_SINGLE_PASS=1 forces
+// forward_channel_groups too where the cooperative single pass does not
+// take the shape, and =0 runs neither.
 int channel_groups_override() {
-  static const int value = env_switch("XVK_BATCH_NORM_GROUPS");
+  static const int value = [] {
+    const char *e = std::getenv("XVK_BATCH_NORM_GROUPS");
+    return e && e[0] == '2' ? 2 : env_switch("XVK_BATCH_NORM_GROUPS");
+  }();
   return value;
 }
 
-// The channels-first training forward as forward_channel_groups, where it
-// fits and the tuning table wants it: 16-byte aligned tensors; groups of the
-// fewest channels whose per-sample runs are whole 16-byte vectors (8 of 7 x
-// 7 in 16-bit, 4 in float32; 2 and 1 of 14 x 14), c a multiple of it, at
-// most a block's vectors a run; one group's planes of every sample in a
-// block's shared memory. The table gives the largest such tile and asks for
-// a grid of one wave (sm90_batch_norm.cpp has the measurements). Returns
-// false (and launches nothing) otherwise.
+// forward_channel_groups_streamed where it can run (16-bit, no z, a run of
+// at most a block's vectors, the tile in shared memory) and the table or the
+// override wants it: a tile of at least groups_streamed_min_tile_kib, runs
+// of at most groups_streamed_max_run_vectors and at least as many groups as
+// SMs (fewer would leave SMs idle). Returns false (and launches nothing)
+// otherwise.
+template <class T>
+bool streamed_channel_groups(Context &ctx, const xvk_batch_norm_forward_args &a, const Shape &sh, int group,
+                             int64_t run_vectors, const StatsFinish<T> &stats, bool forced, xvk_status_t &status) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    if (a.z || run_vectors > kStreamThreads) return false;
+    const GroupLayout layout{group, int(run_vectors), int(kStreamThreads / run_vectors), 0, kStreamThreads, 2};
+    const size_t smem = layout.bytes(sh.n, false);
+    const int64_t groups = sh.c / group, tile_bytes = sh.n * run_vectors * kVectorBytes;
+    if (smem + kSharedReserve > size_t(ctx.info->max_smem_per_block)) return false;
+    if (!forced) {
+      const BatchNormTuning *table = ctx.info->table->batch_norm;
+      const int min_kib = batch_norm_groups_streamed_min_tile_kib(table);
+      if (min_kib == 0 || tile_bytes < int64_t(min_kib) * 1024 || groups < ctx.info->sm_count ||
+          run_vectors > batch_norm_groups_streamed_max_run_vectors(table))
+        return false;
+    }
+    constexpr int VEC = kMaxVec<T>;
+    auto kernel = forward_channel_groups_streamed<T, VEC>;
+    const int resident = ctx.blocks_per_sm(kernel, kStreamThreads, smem);  // also allows the kernel its shared memory
+    const int64_t blocks = std::min<int64_t>(groups, int64_t(resident) * ctx.info->sm_count);
+    status = launch_kernel(ctx, "batch_norm forward (channel groups, streamed)", kernel, dim3(unsigned(blocks)),
+                           dim3(kStreamThreads), smem, sh, static_cast<const T *>(a.x), static_cast<T *>(a.y), a.mask,
+                           a.relu, stats, layout);
+    return true;
+  }
+}
+
+// The channels-first training forward as channel groups, where it fits and
+// the tuning table wants it: 16-byte aligned tensors; groups of the fewest
+// channels whose per-sample runs are whole 16-byte vectors (8 of 7 x 7 in
+// 16-bit, 4 in float32; 2 and 1 of 14 x 14), c a multiple of it; one group's
+// planes of every sample in a block's shared memory. Tiles of at most
+// groups_max_tile_kib in one wave: forward_channel_groups; larger ones,
+// 16-bit: streamed_channel_groups (sm90_batch_norm.cpp has the
+// measurements). Returns false (and launches nothing) otherwise.
 template <class T>
 bool channel_groups(Context &ctx, const xvk_batch_norm_forward_args &a, const Plan &p, const StatsFinish<T> &stats,
                     xvk_status_t &status) {
@@ -2641,13 +2857,17 @@ bool channel_groups(Context &ctx, const xvk_batch_norm_forward_args &a, const Pl
   const int64_t plane_bytes = sh.s * int64_t(sizeof(T));
   const int group = int(kVectorBytes / std::gcd(plane_bytes, int64_t(kVectorBytes)));
   const int64_t run_vectors = group * plane_bytes / kVectorBytes;
-  if (sh.c % group != 0 || sh.s < VEC || run_vectors > kGroupThreads) return false;
+  if (sh.c % group != 0 || sh.s < VEC) return false;
+  const bool tuned = override < 0 && single != 1;
+  if ((tuned || override == 2) && streamed_channel_groups<T>(ctx, a, sh, group, run_vectors, stats, !tuned, status))
+    return true;
+  if (run_vectors > kGroupThreads) return false;
   const GroupLayout layout{group, int(run_vectors), int(kGroupThreads / run_vectors), GroupLayout::words_of(group * sh.s)};
   const size_t smem = layout.bytes(sh.n, a.mask != nullptr);
   if (smem + kSharedReserve > size_t(ctx.info->max_smem_per_block)) return false;
   auto kernel = forward_channel_groups<T, VEC>;
   const int resident = ctx.blocks_per_sm(kernel, kGroupThreads, smem);  // also allows the kernel its shared memory
-  if (override < 0 && single != 1) {
+  if (tuned) {
     const int64_t tile_bytes = sh.n * run_vectors * kVectorBytes, groups = sh.c / group;
     const int max_kib = batch_norm_groups_max_tile_kib(ctx.info->table->batch_norm, int(sizeof(T)));
     if (tile_bytes > int64_t(max_kib) * 1024 || groups > int64_t(resident) * ctx.info->sm_count) return false;

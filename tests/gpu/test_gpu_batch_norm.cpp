@@ -944,12 +944,14 @@ TEST_CASE("batch_norm: channels-first shapes of the channel-group forward (whole
   // and last mask words are shared with the neighbouring groups' blocks; odd
   // N; tensors whose end is not a whole mask word; a group's planes in about
   // 200 KB of shared memory (256 x 16 x 7 x 7 in 16-bit, 256 x 2 x 14 x 14 in
-  // float32: two passes as tuned). As tuned the kernel takes the rest of
-  // them; under XVK_BATCH_NORM_GROUPS=1 all, under =0 none (bench/run_on_gpu.sh
-  // bntest runs both).
+  // float32: two passes as tuned); more groups than blocks (3 x 2048 x 7 x 7,
+  // 5 x 600 x 14 x 14), which the streamed form's persistent blocks walk. As
+  // tuned the kernel takes the rest of them; under XVK_BATCH_NORM_GROUPS=1
+  // all, under =2 the streamed form the 16-bit ones without z, under =0 none
+  // (bench/run_on_gpu.sh bntest runs each).
   const std::vector<Dims> shapes = {{97, 16, {7, 7}}, {33, 6, {14, 14}}, {5, 24, {3, 3}},   {3, 40, {5, 5}},
                                     {200, 8, {1, 10}}, {50, 7, {6, 4}},  {40, 3, {8, 8}},   {256, 16, {7, 7}},
-                                    {256, 2, {14, 14}}};
+                                    {256, 2, {14, 14}}, {3, 2048, {7, 7}}, {5, 600, {14, 14}}};
   int i = 0;
   for (DType t : kAllDtypes)
     for (const Dims &s : shapes) run_case(make_case(t, s.n, s.c, s.spatial, Mem::first, i++));

@@ -151,6 +151,19 @@ extern const BatchNormTuning kBatchNormSm90;
 // statistics as Welford's running means instead of shifted sums (item 5
 // there), the 40 at 0.66-1.04x (geometric mean 0.82; 32 x 256 x 28 x 28
 // 16-bit bn+add+relu 1.02-1.04x).
+//
+// The streamed channel groups (forward_channel_groups_streamed, 16-bit
+// channels-first training forwards without z; groups_streamed_min_tile_kib,
+// groups_streamed_max_run_vectors): H200, 2026-12-04 (session 56;
+// bench/results/h200-2026-12-04-session56-trials.txt), as tuned against
+// XVK_BATCH_NORM_GROUPS=0 (two passes), best of two, bn+relu forwards: runs
+// of 49 vectors (7 x 7, 14 x 14) with tiles of 98-200 KiB 0.85-0.93x the
+// time (256 x 2048 x 7 x 7 0.85-0.87, 128 x 2048 x 7 x 7 0.89-0.91,
+// 160 x 1024 x 14 x 14 0.90-0.93, 256 x 1024 x 14 x 14 0.90-0.93); runs of
+// 98 vectors (28 x 28) 0.96-1.10x (64 x 256 x 28 x 28 1.07-1.10) and of 392
+// (56 x 56) 0.96-1.00x; tiles of 50 KB (64 x 2048 x 7 x 7) 0.89-0.91x, where
+// forward_channel_groups takes 0.76-0.77x. So from 96 KiB, runs of up to
+// 49 vectors, and at least a group per SM.
 constexpr int64_t kMiB = int64_t(1) << 20;
 constexpr int64_t kFits = 28 * kMiB;  // the tile fits: 132 SMs x 227 KB is 29.3 MiB
 const BatchNormTuning kBatchNormSm90 = {
@@ -164,11 +177,13 @@ const BatchNormTuning kBatchNormSm90 = {
     {{32 * kMiB, 32 * kMiB}, {32 * kMiB, 32 * kMiB}},
     {{{0, 32}, {32, 0}}, {{0, 0}, {32, 0}}},
     {80, 80},
+    96,
+    49,
     "H200 (pass 2 from 64 MiB channels-first: H100): one pass channels-last from 6 MiB to 28 MiB, up to 64 "
     "channels, two passes channels-first, the held single pass 16-bit from 32 to 64 MiB without z; "
     "pass 2 in many waves from 64 MiB channels-first, from 256 MiB channels-last fp32, "
     "never channels-last 16-bit; H100: pass 2's last-use loads up to 32 MiB; H200: training pass 2 stages rows in "
     "32 KiB channels-last 16-bit and, forward only, channels-first fp32; channels-first training forwards as "
-    "channel groups in one wave of tiles up to 80 KiB"};
+    "channel groups in one wave of tiles up to 80 KiB, 16-bit without z as streamed groups from 96 KiB in runs of up to 49 vectors"};
 
 }  // namespace xvk::gpu

@@ -333,6 +333,11 @@ int batch_norm_groups_max_tile_kib(const BatchNormTuning *t, int element_bytes) 
   return t ? t->groups_max_tile_kib[element_bytes == 4 ? 1 : 0] : 0;
 }
 
+int batch_norm_groups_streamed_min_tile_kib(const BatchNormTuning *t) { return t ? t->groups_streamed_min_tile_kib : 0; }
+int batch_norm_groups_streamed_max_run_vectors(const BatchNormTuning *t) {
+  return t ? t->groups_streamed_max_run_vectors : 0;
+}
+
 int batch_norm_rows_per_thread(const BatchNormTuning *t, bool channels_last, int element_bytes, int64_t bytes) {
   if (!t) return 0;
   const int order = channels_last ? 1 : 0, wide = element_bytes == 4 ? 1 : 0;

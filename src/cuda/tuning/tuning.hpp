@@ -316,6 +316,12 @@ struct BatchNormTuning {
   // channels) where it fits, its grid is one wave and a block's tile of x is
   // at most this many KiB; [4-byte elements]; 0: never.
   int groups_max_tile_kib[2];
+  // 16-bit channels-first training forwards without z run as persistent
+  // blocks streaming channel groups (forward_channel_groups_streamed) where
+  // a block's tile of x is at least min_tile_kib KiB, a sample's run of the
+  // group's planes at most max_run_vectors 16-byte vectors, and there are at
+  // least as many groups as SMs; min_tile_kib 0: never.
+  int groups_streamed_min_tile_kib, groups_streamed_max_run_vectors;
   const char *source;  // the measurement behind the numbers
 };
 
@@ -342,6 +348,13 @@ bool batch_norm_last_use_loads(const BatchNormTuning *t, bool channels_last, int
 // channels-first training forward as channel groups (batch_norm.cu checks the
 // rest), or 0. NULL table: 0.
 int batch_norm_groups_max_tile_kib(const BatchNormTuning *t, int element_bytes);
+
+// The smallest tile (KiB a block) with which the table asks for the streamed
+// channel groups (16-bit, no z; batch_norm.cu checks the rest), or 0. NULL
+// table: 0.
+int batch_norm_groups_streamed_min_tile_kib(const BatchNormTuning *t);
+// The longest run (16-byte vectors) it is asked for with. NULL table: 0.
+int batch_norm_groups_streamed_max_run_vectors(const BatchNormTuning *t);
 
 // KiB of shared memory per block in which BatchNorm's training pass 2 stages
 // rows while finalize runs, or 0. NULL table: 0.
