@@ -1901,11 +1901,11 @@ __global__ void __launch_bounds__(kGroupThreads, kGroupMinBlocks)
 // sums and the merge stand between two groups. H200, against the two
 // passes: 256 x 2048 x 7 x 7 bn+relu forward fp16 55.9 -> 47.6 us (0.85x);
 // without the overlapped sums 0.91x; one group a block (nothing overlapped)
-// 1.00x (bench/results/h200-2026-12-04-session56-trials.txt). The mask: a 16-bit vector's 8 bits are one byte of
-// the mask (little-endian words; runs start at multiples of 8 elements),
-// stored as a byte: no shared words, no atomics. Not with z: its loads,
-// through registers, made the Add+ReLU forward 1.01-1.37x the two passes'
-// time in the forms tried.
+// 1.00x (bench/results/h200-2026-12-04-session56-trials.txt). The mask: a
+// 16-bit vector's 8 bits are one byte of the mask (little-endian words;
+// runs start at multiples of 8 elements), stored as a byte: no shared
+// words, no atomics. Not with z: its loads, through registers, made the
+// Add+ReLU forward 1.02-1.37x the two passes' time in the forms tried.
 constexpr int kStreamThreads = 512;
 template <class T, int VEC>
 __global__ void __launch_bounds__(kStreamThreads, 1)
