@@ -1739,6 +1739,23 @@ __device__ __forceinline__ void group_channel_state(const float *parts, const Gr
   warp_merge<Welford>(a, kWarpSize);
 }
 
+// Vector i of a thread's (its (i + 1)-th) added to its per-element
+// Welford state of d = x - center: all elements have the same count, so the
+// weight 1 / (i + 1) is one correctly rounded reciprocal for the vector.
+template <class T, int VEC>
+__device__ __forceinline__ void add_vector_sums(const Pack<T, VEC> &pack, int i, const float (&center)[VEC],
+                                                float (&mean)[VEC], float (&m2)[VEC]) {
+  float v[VEC];
+  unpack(pack, v);
+  const float w = __frcp_rn(float(i + 1));
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float d = v[j] - center[j], delta = d - mean[j];
+    mean[j] += delta * w;
+    m2[j] += delta * (d - mean[j]);
+  }
+}
+
 // A thread's per-element states (count per_thread, mean[j], m2[j]) merged
 // into the parts of its two channels (element j < b is of the first).
 template <int VEC>
@@ -1806,25 +1823,15 @@ __global__ void __launch_bounds__(kGroupThreads, kGroupMinBlocks)
   const int k1 = b < VEC ? k0 + 1 : k0;  // element j's channel: j < b ? k0 : k1
   // Statistics as the copies land, in one pass: per element j of the
   // thread's vectors, Welford's running mean and m2 of d = x - center
-  // (center: the channel's first element, as StatsFinish has it). All j
-  // have the same count, so vector i's weight 1 / (i + 1) is one division.
+  // (center: the channel's first element, as StatsFinish has it).
   float center[VEC], mean[VEC], m2[VEC];
 #pragma unroll
   for (int j = 0; j < VEC; ++j) center[j] = inputs[j < b ? k0 : k1].shift, mean[j] = m2[j] = 0.0f;
 #pragma unroll
   for (int gi = 0; gi < kTileGroups; ++gi) {
     async_copies_wait(kTileGroups - 1 - gi);  // gi unrolled: a constant
-    for (int i = per_thread * gi / kTileGroups; i < per_thread * (gi + 1) / kTileGroups; ++i) {
-      float v[VEC];
-      unpack(mine[i * v_step], v);
-      const float w = 1.0f / float(i + 1);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = v[j] - center[j], delta = d - mean[j];
-        mean[j] += delta * w;
-        m2[j] += delta * (d - mean[j]);
-      }
-    }
+    for (int i = per_thread * gi / kTileGroups; i < per_thread * (gi + 1) / kTileGroups; ++i)
+      add_vector_sums(mine[i * v_step], i, center, mean, m2);
   }
   // Element j's (count, mean, m2), merged into its channel's part.
   write_thread_parts<VEC>(parts, per_thread, mean, m2, b);
@@ -1942,24 +1949,15 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   const int k1 = b < VEC ? k0 + 1 : k0;  // element j's channel: j < b ? k0 : k1
   // Statistics as the copies land: per element j of the thread's vectors,
   // Welford's running mean and m2 of d = x - center (center: the channel's
-  // first element, as StatsFinish has it), vector i weighing 1 / (i + 1).
+  // first element, as StatsFinish has it).
   float center[VEC], mean[VEC], m2[VEC];
   auto start_sums = [&](const In *in) {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) center[j] = in[j < b ? k0 : k1].shift, mean[j] = m2[j] = 0.0f;
   };
   auto add_chunk = [&](int k) {
-    for (int i = k == 0 ? 0 : chunk_end(k - 1); i < chunk_end(k); ++i) {
-      float v[VEC];
-      unpack(mine[i * v_step], v);
-      const float w = __frcp_rn(float(i + 1));  // 1 / (i + 1), correctly rounded, no division's slow path
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = v[j] - center[j], delta = d - mean[j];
-        mean[j] += delta * w;
-        m2[j] += delta * (d - mean[j]);
-      }
-    }
+    for (int i = k == 0 ? 0 : chunk_end(k - 1); i < chunk_end(k); ++i)
+      add_vector_sums(mine[i * v_step], i, center, mean, m2);
   };
   // inputs[2][group]: the current group's and the next's (thread t < group loads its channel's a group ahead).
   if (t < L.group) inputs[t] = stats.load(g * L.group + t);
